@@ -1,0 +1,6 @@
+//! Drift detection as pure functions: `(state, input, time) -> (state, outputs)`.
+//!
+//! Nothing here performs I/O or reads a clock; time arrives as an argument. The same code runs in the
+//! embedded service, in the Kafka detector group, and in the offline CLI.
+
+pub mod shape;

@@ -1,0 +1,28 @@
+/// Appends `key` escaped so that no two different structures share a shape (DESIGN.md §3): a backslash
+/// before each of `\ : , { } [ ] < > "`, control characters as `\u00xx`. Ordinary keys are copied as is.
+pub fn escape_key_into(out: &mut String, key: &str) {
+    if !key.bytes().any(needs_escape_byte) {
+        out.push_str(key);
+        return;
+    }
+    for c in key.chars() {
+        if is_structural(c) {
+            out.push('\\');
+            out.push(c);
+        } else if c.is_control() {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+fn is_structural(c: char) -> bool {
+    matches!(c, '\\' | ':' | ',' | '{' | '}' | '[' | ']' | '<' | '>' | '"')
+}
+
+// A conservative byte test: true for every byte that can start an escaped character. 0xC2 leads the
+// UTF-8 encoding of U+0080..U+00BF, which holds the C1 controls.
+fn needs_escape_byte(byte: u8) -> bool {
+    byte < 0x20 || byte == 0x7f || byte == 0xc2 || (byte.is_ascii() && is_structural(byte as char))
+}

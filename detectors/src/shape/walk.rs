@@ -1,0 +1,430 @@
+//! One pass over JSON text: validation, compact size, depth, and the shape of what the shape keeps.
+
+use std::borrow::Cow;
+
+use super::{escape_key_into, DEPTH_LIMIT, TRUNCATED_SENTINEL};
+
+/// The input is not JSON.
+#[derive(Debug)]
+pub struct Invalid;
+
+pub struct Walked {
+    /// `None` when the input nests deeper than [`DEPTH_LIMIT`].
+    pub shape: Option<String>,
+    pub compact_bytes: u64,
+    pub is_truncated_sentinel: bool,
+}
+
+pub fn walk(json: &str) -> Result<Walked, Invalid> {
+    let mut walker = Walker {
+        bytes: json.as_bytes(),
+        text: json,
+        pos: 0,
+        whitespace: 0,
+        containers: Vec::new(),
+        frames: Vec::new(),
+        skip_depth: 0,
+        too_deep: false,
+        result: None,
+    };
+    walker.run()?;
+    let compact_bytes = (json.len() - walker.whitespace) as u64;
+    if walker.too_deep {
+        return Ok(Walked { shape: None, compact_bytes, is_truncated_sentinel: false });
+    }
+    let result = walker.result.ok_or(Invalid)?;
+    let is_truncated_sentinel = result.string_value.as_deref() == Some(TRUNCATED_SENTINEL);
+    Ok(Walked { shape: Some(result.text.into_owned()), compact_bytes, is_truncated_sentinel })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Container {
+    Array,
+    Object,
+}
+
+/// The shape of one value, as its parent receives it.
+struct Shaped<'a> {
+    text: Cow<'static, str>,
+    /// The decoded string, kept only where the shape needs it: a top-level string (the truncation
+    /// sentinel) and the values of `__type__` and `class` (typed sentinels).
+    string_value: Option<Cow<'a, str>>,
+}
+
+impl Shaped<'_> {
+    fn atom(text: &'static str) -> Self {
+        Shaped { text: Cow::Borrowed(text), string_value: None }
+    }
+}
+
+/// A container whose shape is being built.
+enum Frame<'a> {
+    Array { first: Option<Cow<'static, str>> },
+    Object { entries: Vec<(Cow<'a, str>, Shaped<'a>)>, pending_key: Option<Cow<'a, str>> },
+}
+
+struct Walker<'a> {
+    bytes: &'a [u8],
+    text: &'a str,
+    pos: usize,
+    whitespace: usize,
+    /// Every open container, for validation and depth.
+    containers: Vec<Container>,
+    /// The open containers whose shape is being built (a prefix of `containers`).
+    frames: Vec<Frame<'a>>,
+    /// Containers open inside a value the shape ignores (an array element after the first).
+    skip_depth: usize,
+    too_deep: bool,
+    result: Option<Shaped<'a>>,
+}
+
+impl<'a> Walker<'a> {
+    fn run(&mut self) -> Result<(), Invalid> {
+        loop {
+            // A value starts here.
+            self.skip_whitespace();
+            let build = self.wants_value();
+            let byte = self.peek().ok_or(Invalid)?;
+            match byte {
+                b'{' | b'[' => {
+                    self.pos += 1;
+                    let container = if byte == b'{' { Container::Object } else { Container::Array };
+                    self.open(container, build);
+                    self.skip_whitespace();
+                    let closing = if container == Container::Object { b'}' } else { b']' };
+                    if self.peek() == Some(closing) {
+                        self.pos += 1;
+                        self.close();
+                    } else {
+                        if container == Container::Object {
+                            self.key()?;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => {
+                    self.pos += 1;
+                    let keep = build && self.keeps_string_value();
+                    let value = self.string(keep)?;
+                    if build {
+                        self.deliver(Shaped { text: Cow::Borrowed("string"), string_value: value });
+                    }
+                }
+                b'-' | b'0'..=b'9' => {
+                    self.number()?;
+                    if build {
+                        self.deliver(Shaped::atom("number"));
+                    }
+                }
+                b't' => self.literal(b"true", "bool", build)?,
+                b'f' => self.literal(b"false", "bool", build)?,
+                b'n' => self.literal(b"null", "null", build)?,
+                _ => return Err(Invalid),
+            }
+            // A value ended: close containers until one continues, or the input ends.
+            loop {
+                self.skip_whitespace();
+                let Some(&container) = self.containers.last() else {
+                    return if self.pos == self.bytes.len() { Ok(()) } else { Err(Invalid) };
+                };
+                let closing = if container == Container::Object { b'}' } else { b']' };
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        if container == Container::Object {
+                            self.skip_whitespace();
+                            self.key()?;
+                        }
+                        break;
+                    }
+                    Some(byte) if byte == closing => {
+                        self.pos += 1;
+                        self.close();
+                    }
+                    _ => return Err(Invalid),
+                }
+            }
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        let start = self.pos;
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.pos += 1;
+        }
+        self.whitespace += self.pos - start;
+    }
+
+    /// Whether the value starting now is part of the shape.
+    fn wants_value(&self) -> bool {
+        if self.too_deep || self.skip_depth > 0 {
+            return false;
+        }
+        match self.frames.last() {
+            None => self.containers.is_empty(),
+            Some(Frame::Array { first }) => first.is_none(),
+            Some(Frame::Object { .. }) => true,
+        }
+    }
+
+    fn keeps_string_value(&self) -> bool {
+        match self.frames.last() {
+            None => true,
+            Some(Frame::Object { pending_key: Some(key), .. }) => key == "__type__" || key == "class",
+            Some(_) => false,
+        }
+    }
+
+    fn open(&mut self, container: Container, build: bool) {
+        self.containers.push(container);
+        if self.too_deep {
+            return;
+        }
+        if self.containers.len() > DEPTH_LIMIT {
+            self.too_deep = true;
+        } else if build {
+            self.frames.push(match container {
+                Container::Array => Frame::Array { first: None },
+                Container::Object => Frame::Object { entries: Vec::new(), pending_key: None },
+            });
+        } else {
+            self.skip_depth += 1;
+        }
+    }
+
+    fn close(&mut self) {
+        self.containers.pop();
+        if self.too_deep {
+            return;
+        }
+        if self.skip_depth > 0 {
+            self.skip_depth -= 1;
+            return;
+        }
+        let shaped = match self.frames.pop() {
+            Some(Frame::Array { first }) => array_shape(first),
+            Some(Frame::Object { entries, .. }) => object_shape(entries),
+            None => return,
+        };
+        self.deliver(shaped);
+    }
+
+    fn deliver(&mut self, shaped: Shaped<'a>) {
+        match self.frames.last_mut() {
+            None => self.result = Some(shaped),
+            Some(Frame::Array { first }) => *first = Some(shaped.text),
+            Some(Frame::Object { entries, pending_key }) => {
+                let key = pending_key.take().unwrap_or_default();
+                entries.push((key, shaped));
+            }
+        }
+    }
+
+    /// Reads `"key" :`, keeping the key when the object is being built.
+    fn key(&mut self) -> Result<(), Invalid> {
+        if self.peek() != Some(b'"') {
+            return Err(Invalid);
+        }
+        self.pos += 1;
+        let building = !self.too_deep && self.skip_depth == 0;
+        let key = self.string(building)?;
+        if let (true, Some(Frame::Object { pending_key, .. })) = (building, self.frames.last_mut()) {
+            *pending_key = key;
+        }
+        self.skip_whitespace();
+        if self.peek() != Some(b':') {
+            return Err(Invalid);
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Reads a string body after its opening quote; decodes it only when `keep`.
+    fn string(&mut self, keep: bool) -> Result<Option<Cow<'a, str>>, Invalid> {
+        let start = self.pos;
+        let mut decoded: Option<String> = None;
+        loop {
+            let run_start = self.pos;
+            while let Some(&byte) = self.bytes.get(self.pos) {
+                if byte == b'"' || byte == b'\\' || byte < 0x20 {
+                    break;
+                }
+                self.pos += 1;
+            }
+            let byte = self.peek().ok_or(Invalid)?;
+            if let Some(out) = decoded.as_mut() {
+                out.push_str(&self.text[run_start..self.pos]);
+            }
+            match byte {
+                b'"' => {
+                    self.pos += 1;
+                    if !keep {
+                        return Ok(None);
+                    }
+                    return Ok(Some(match decoded {
+                        Some(out) => Cow::Owned(out),
+                        None => Cow::Borrowed(&self.text[start..self.pos - 1]),
+                    }));
+                }
+                b'\\' => {
+                    if keep && decoded.is_none() {
+                        decoded = Some(self.text[start..self.pos].to_owned());
+                    }
+                    self.pos += 1;
+                    let c = self.escape()?;
+                    if let Some(out) = decoded.as_mut() {
+                        out.push(c);
+                    }
+                }
+                _ => return Err(Invalid),
+            }
+        }
+    }
+
+    /// Reads an escape after its backslash.
+    fn escape(&mut self) -> Result<char, Invalid> {
+        let byte = self.peek().ok_or(Invalid)?;
+        self.pos += 1;
+        Ok(match byte {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let unit = self.hex4()?;
+                match unit {
+                    0xD800..=0xDBFF => {
+                        if self.bytes.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                            return Err(Invalid);
+                        }
+                        self.pos += 2;
+                        let low = self.hex4()?;
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return Err(Invalid);
+                        }
+                        let code = 0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
+                        char::from_u32(code).ok_or(Invalid)?
+                    }
+                    0xDC00..=0xDFFF => return Err(Invalid),
+                    _ => char::from_u32(u32::from(unit)).ok_or(Invalid)?,
+                }
+            }
+            _ => return Err(Invalid),
+        })
+    }
+
+    fn hex4(&mut self) -> Result<u16, Invalid> {
+        let digits = self.bytes.get(self.pos..self.pos + 4).ok_or(Invalid)?;
+        let mut value: u16 = 0;
+        for &digit in digits {
+            let nibble = (digit as char).to_digit(16).ok_or(Invalid)?;
+            value = value << 4 | nibble as u16;
+        }
+        self.pos += 4;
+        Ok(value)
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?` — any magnitude is a number.
+    fn number(&mut self) -> Result<(), Invalid> {
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(Invalid),
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            self.required_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            self.required_digits()?;
+        }
+        Ok(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn required_digits(&mut self) -> Result<(), Invalid> {
+        let start = self.pos;
+        self.digits();
+        if self.pos == start {
+            Err(Invalid)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], shape: &'static str, build: bool) -> Result<(), Invalid> {
+        if self.bytes.get(self.pos..self.pos + word.len()) != Some(word) {
+            return Err(Invalid);
+        }
+        self.pos += word.len();
+        if build {
+            self.deliver(Shaped::atom(shape));
+        }
+        Ok(())
+    }
+}
+
+fn array_shape(first: Option<Cow<'static, str>>) -> Shaped<'static> {
+    let text = match first {
+        None => Cow::Borrowed("[]"),
+        Some(element) => Cow::Owned(format!("[{element}]")),
+    };
+    Shaped { text, string_value: None }
+}
+
+fn object_shape<'a>(mut entries: Vec<(Cow<'a, str>, Shaped<'a>)>) -> Shaped<'a> {
+    // Stable sort, then keep the last of each run of equal keys: duplicate keys, the last wins.
+    entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut unique: Vec<(Cow<'a, str>, Shaped<'a>)> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match unique.last_mut() {
+            Some(last) if last.0 == entry.0 => *last = entry,
+            _ => unique.push(entry),
+        }
+    }
+    let string_of = |name: &str| {
+        unique.iter().find(|(key, _)| key == name).and_then(|(_, shaped)| shaped.string_value.as_deref())
+    };
+    if let Some(type_name) = string_of("__type__") {
+        let mut text = String::from("<typed:");
+        escape_key_into(&mut text, type_name);
+        if let Some(class) = string_of("class") {
+            text.push(':');
+            escape_key_into(&mut text, class);
+        }
+        text.push('>');
+        return Shaped { text: Cow::Owned(text), string_value: None };
+    }
+    let mut text = String::with_capacity(2 + unique.iter().map(|(k, s)| k.len() + s.text.len() + 2).sum::<usize>());
+    text.push('{');
+    for (index, (key, shaped)) in unique.iter().enumerate() {
+        if index > 0 {
+            text.push(',');
+        }
+        escape_key_into(&mut text, key);
+        text.push(':');
+        text.push_str(&shaped.text);
+    }
+    text.push('}');
+    Shaped { text: Cow::Owned(text), string_value: None }
+}

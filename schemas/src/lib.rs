@@ -1,0 +1,37 @@
+//! The contract between driftline's stages (DESIGN.md §2).
+//!
+//! Every message that crosses a stage boundary — HTTP body, Kafka record, stored row — is a type in this
+//! crate. The two input messages also have versioned JSON Schemas under `schemas/json/`, because other
+//! producers may publish them without our ingest service (DESIGN.md §8).
+
+mod ids;
+mod shape_signal;
+mod span;
+mod thresholds;
+mod time;
+mod tool_drift;
+mod tool_list;
+
+pub use ids::{derive_id, InputPosition, OutputKind};
+pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason};
+pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
+pub use thresholds::{DetectorThresholds, ThresholdError};
+pub use time::Timestamp;
+pub use tool_drift::{
+    ChangeType, Classification, Direction, EventStatus, SchemaChange, SchemaDriftEvent, SecurityFlag,
+    Severity, ServerStatus,
+};
+pub use tool_list::{McpTool, SnapshotSource, ToolListSnapshot};
+
+/// Version written into every message this build produces, and the only one it reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// JSON Schema (draft 2020-12) of a [`ToolListSnapshot`] record on the `tool-lists` topic.
+pub const TOOL_LIST_SNAPSHOT_JSON_SCHEMA: &str = include_str!("../json/tool-list-snapshot.v1.json");
+/// JSON Schema (draft 2020-12) of a raw [`ToolCallSpan`] record on the `spans` topic.
+pub const TOOL_CALL_SPAN_JSON_SCHEMA: &str = include_str!("../json/tool-call-span.v1.json");
+
+/// Lowercase hex of the first 4 bytes of a SHA-256 digest: the short form shown to people.
+pub fn hex8(digest: &[u8]) -> String {
+    hex::encode(&digest[..4.min(digest.len())])
+}

@@ -1,0 +1,86 @@
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+
+/// How bad a return-shape change is for a consumer of the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShapeRanking {
+    Breaking,
+    Compatible,
+    Indeterminate,
+}
+
+impl ShapeRanking {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShapeRanking::Breaking => "breaking",
+            ShapeRanking::Compatible => "compatible",
+            ShapeRanking::Indeterminate => "indeterminate",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasonChange {
+    Removed,
+    Added,
+    TypeChanged,
+}
+
+/// One structural difference between the baseline shape and the new one, at a path such as `result.id`
+/// or `rows[].a` (`(root)` for the value itself).
+///
+/// `before`/`after`: for `type_changed` the two kinds (`number`, `object`, …); for `removed`/`added` the
+/// shape that went or came, with the other side `None` — except when an array emptied or filled, where
+/// both sides are the array shapes (`[number]` ↔ `[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShapeReason {
+    pub path: String,
+    pub change: ReasonChange,
+    pub before: Option<String>,
+    pub after: Option<String>,
+}
+
+impl fmt::Display for ShapeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = &self.path;
+        match (self.change, &self.before, &self.after) {
+            (ReasonChange::Removed, _, Some(_)) => write!(f, "{path}: elements gone"),
+            (ReasonChange::Removed, _, None) => write!(f, "{path}: removed"),
+            (ReasonChange::Added, Some(_), _) => write!(f, "{path}: was empty, now populated"),
+            (ReasonChange::Added, None, _) => write!(f, "{path}: added"),
+            (ReasonChange::TypeChanged, before, after) => write!(
+                f,
+                "{path}: {} -> {}",
+                before.as_deref().unwrap_or("?"),
+                after.as_deref().unwrap_or("?")
+            ),
+        }
+    }
+}
+
+/// A call whose return shape differs from a stable baseline (DESIGN.md §2, §4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShapeDriftSignal {
+    pub id: String,
+    pub project: String,
+    pub server: String,
+    pub tool: String,
+    pub detected_at: Timestamp,
+    /// `tool_schema_drift:<tool>:<hex8 of the new shape>`; the grouping key people see.
+    pub fingerprint: String,
+    pub shape: String,
+    pub shape_hash: String,
+    pub baseline_shape: String,
+    pub baseline_hash: String,
+    /// How many calls in the window had the baseline shape, and how many conclusive calls it held.
+    pub baseline_count: u32,
+    pub window_size: u32,
+    pub ranking: ShapeRanking,
+    pub reasons: Vec<ShapeReason>,
+    pub span_id: String,
+}

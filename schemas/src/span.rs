@@ -1,0 +1,152 @@
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+
+use crate::Timestamp;
+
+fn schema_version() -> u32 {
+    crate::SCHEMA_VERSION
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallStatus {
+    Success,
+    Error,
+}
+
+/// One tool call as an agent or SDK reports it (DESIGN.md §2). `return_value` is any JSON value; it is
+/// kept raw so that its shape can be computed from the bytes without building a tree.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallSpan {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
+    /// Only present on spans published straight to Kafka; ingest takes it from the API key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    pub span_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    pub server: String,
+    pub tool: String,
+    pub started_at: Timestamp,
+    pub duration_ms: f64,
+    pub status: CallStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `None` when the field is missing; a JSON `null` is kept as the raw value `null` (a real shape).
+    #[serde(default, deserialize_with = "present_raw_value", skip_serializing_if = "Option::is_none")]
+    pub return_value: Option<Box<RawValue>>,
+}
+
+// `Option<Box<RawValue>>` would turn an explicit `null` into `None`; a null return is a shape, not absence.
+fn present_raw_value<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// What became of a span's return value on its way to a shape (DESIGN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShapeOutcome {
+    Fingerprinted,
+    Oversized,
+    TruncatedSentinel,
+    Unparseable,
+    TooDeep,
+    Absent,
+    NotSuccess,
+}
+
+impl ShapeOutcome {
+    pub const ALL: [ShapeOutcome; 7] = [
+        ShapeOutcome::Fingerprinted,
+        ShapeOutcome::Oversized,
+        ShapeOutcome::TruncatedSentinel,
+        ShapeOutcome::Unparseable,
+        ShapeOutcome::TooDeep,
+        ShapeOutcome::Absent,
+        ShapeOutcome::NotSuccess,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShapeOutcome::Fingerprinted => "fingerprinted",
+            ShapeOutcome::Oversized => "oversized",
+            ShapeOutcome::TruncatedSentinel => "truncated_sentinel",
+            ShapeOutcome::Unparseable => "unparseable",
+            ShapeOutcome::TooDeep => "too_deep",
+            ShapeOutcome::Absent => "absent",
+            ShapeOutcome::NotSuccess => "not_success",
+        }
+    }
+}
+
+/// What ingest produces from a span (key `project/server/tool`): the span without its return value, plus
+/// the value's shape. Return values never travel past ingest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallRecord {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
+    pub project: String,
+    pub span_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    pub server: String,
+    pub tool: String,
+    pub started_at: Timestamp,
+    pub duration_ms: f64,
+    pub status: CallStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When ingest accepted the span; drift found by this record is `detected_at` this instant.
+    pub ingested_at: Timestamp,
+    pub shape: Option<String>,
+    /// First 8 hex digits of SHA-256(shape).
+    pub shape_hash: Option<String>,
+    /// Size of the value's compact JSON encoding; `None` when absent or not JSON.
+    pub compact_bytes: Option<u64>,
+    pub shape_outcome: ShapeOutcome,
+}
+
+impl ToolCallRecord {
+    pub fn key(&self) -> String {
+        format!("{}/{}/{}", self.project, self.server, self.tool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(return_value: &str) -> ToolCallSpan {
+        let text = format!(
+            r#"{{"span_id":"s1","server":"srv","tool":"t","started_at":"2026-03-26T08:15:42Z",
+                "duration_ms":12.5,"status":"success"{return_value}}}"#
+        );
+        serde_json::from_str(&text).expect("valid span")
+    }
+
+    #[test]
+    fn missing_return_value_is_absent_but_null_is_kept() {
+        assert!(span("").return_value.is_none());
+        assert_eq!(span(r#","return_value":null"#).return_value.expect("present").get(), "null");
+        assert_eq!(span(r#","return_value":{"a": 1}"#).return_value.expect("present").get(), r#"{"a": 1}"#);
+    }
+
+    #[test]
+    fn bad_status_is_rejected_with_the_field_named() {
+        let text = r#"{"span_id":"s","server":"a","tool":"t","started_at":"2026-03-26T08:15:42Z",
+            "duration_ms":1,"status":"ok"}"#;
+        let err = serde_json::from_str::<ToolCallSpan>(text).expect_err("bad status");
+        assert!(err.to_string().contains("unknown variant `ok`"), "{err}");
+    }
+}

@@ -1,0 +1,204 @@
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Timestamp;
+
+/// How much a change can hurt an agent. Ordered: `Compatible < Warning < Breaking`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Classification {
+    Compatible,
+    Warning,
+    Breaking,
+}
+
+impl Classification {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Classification::Compatible => "COMPATIBLE",
+            Classification::Warning => "WARNING",
+            Classification::Breaking => "BREAKING",
+        }
+    }
+}
+
+impl fmt::Display for Classification {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which side of the contract a schema describes: what the agent sends, or what it reads back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Input,
+    Output,
+}
+
+/// Every kind of tool-list change (DESIGN.md §5 table), plus `schema_changed` for a difference no
+/// specific kind describes (an unknown keyword, `$ref`, `allOf`, …), so that a changed hash always comes
+/// with at least one change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeType {
+    ToolRemoved,
+    ToolAdded,
+    ToolRenamed,
+    RequiredParamAdded,
+    OptionalParamAdded,
+    RequiredParamRemoved,
+    ParamRemoved,
+    ParamBecameRequired,
+    ParamBecameOptional,
+    ParamTypeChanged,
+    ParamTypeWidened,
+    ParamTypeNarrowed,
+    EnumValueRemoved,
+    EnumAdded,
+    EnumValueAdded,
+    EnumRemoved,
+    ConstraintTightened,
+    ConstraintRelaxed,
+    PatternChanged,
+    FormatChanged,
+    DefaultChanged,
+    DescriptionChanged,
+    ParamDescriptionChanged,
+    TitleChanged,
+    AnnotationsChanged,
+    OutputSchemaAdded,
+    OutputSchemaRemoved,
+    SchemaChanged,
+}
+
+impl ChangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::ToolRemoved => "tool_removed",
+            ChangeType::ToolAdded => "tool_added",
+            ChangeType::ToolRenamed => "tool_renamed",
+            ChangeType::RequiredParamAdded => "required_param_added",
+            ChangeType::OptionalParamAdded => "optional_param_added",
+            ChangeType::RequiredParamRemoved => "required_param_removed",
+            ChangeType::ParamRemoved => "param_removed",
+            ChangeType::ParamBecameRequired => "param_became_required",
+            ChangeType::ParamBecameOptional => "param_became_optional",
+            ChangeType::ParamTypeChanged => "param_type_changed",
+            ChangeType::ParamTypeWidened => "param_type_widened",
+            ChangeType::ParamTypeNarrowed => "param_type_narrowed",
+            ChangeType::EnumValueRemoved => "enum_value_removed",
+            ChangeType::EnumAdded => "enum_added",
+            ChangeType::EnumValueAdded => "enum_value_added",
+            ChangeType::EnumRemoved => "enum_removed",
+            ChangeType::ConstraintTightened => "constraint_tightened",
+            ChangeType::ConstraintRelaxed => "constraint_relaxed",
+            ChangeType::PatternChanged => "pattern_changed",
+            ChangeType::FormatChanged => "format_changed",
+            ChangeType::DefaultChanged => "default_changed",
+            ChangeType::DescriptionChanged => "description_changed",
+            ChangeType::ParamDescriptionChanged => "param_description_changed",
+            ChangeType::TitleChanged => "title_changed",
+            ChangeType::AnnotationsChanged => "annotations_changed",
+            ChangeType::OutputSchemaAdded => "output_schema_added",
+            ChangeType::OutputSchemaRemoved => "output_schema_removed",
+            ChangeType::SchemaChanged => "schema_changed",
+        }
+    }
+}
+
+impl fmt::Display for ChangeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Low,
+    Medium,
+    High,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+        }
+    }
+}
+
+/// A finding of the security review of model-visible text (DESIGN.md §5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecurityFlag {
+    pub rule: String,
+    pub severity: Severity,
+    /// The matched text with a little context; invisible characters are written as `\u{…}`.
+    pub excerpt: String,
+}
+
+/// One structural difference between a baseline tool list and a new one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchemaChange {
+    pub change_type: ChangeType,
+    pub classification: Classification,
+    pub tool_name: String,
+    /// The top-level parameter the change is under, if any.
+    pub param_name: Option<String>,
+    /// Where in the schema: `filters.date_from`, `rows[]`, `annotations.readOnlyHint`; empty for the tool.
+    pub path: String,
+    /// `None` for changes to the tool itself (added, removed, description, …).
+    pub direction: Option<Direction>,
+    /// Only the value that changed (a type, a flag, a description), never a whole schema.
+    pub before: Value,
+    pub after: Value,
+    pub security_flags: Vec<SecurityFlag>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventStatus {
+    Open,
+    Accepted,
+    Reverted,
+}
+
+/// One detected drift of a server's tool list against its accepted baseline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchemaDriftEvent {
+    pub id: String,
+    pub project: String,
+    pub server_name: String,
+    pub detected_at: Timestamp,
+    /// Hash of the accepted baseline the snapshot was diffed against.
+    pub previous_hash: String,
+    pub current_hash: String,
+    pub status: EventStatus,
+    pub changes: Vec<SchemaChange>,
+    /// The worst classification among `changes`.
+    pub max_classification: Option<Classification>,
+    /// The worst security flag among `changes`; `high` must be shown wherever the event is.
+    pub max_severity: Option<Severity>,
+    #[serde(default)]
+    pub accepted_by: Option<String>,
+    #[serde(default)]
+    pub accepted_at: Option<Timestamp>,
+    /// Both full tool lists, for the "view full schemas" toggle.
+    pub previous_tools: Vec<Value>,
+    pub current_tools: Vec<Value>,
+}
+
+/// Health of a server as seen by the tool-list detector (and probes, when configured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ServerStatus {
+    Up,
+    Degraded,
+    Down,
+    Unknown,
+}

@@ -1,0 +1,96 @@
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::Timestamp;
+
+fn schema_version() -> u32 {
+    crate::SCHEMA_VERSION
+}
+
+/// Who captured a tool list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapshotSource {
+    Sdk,
+    Probe,
+    Api,
+}
+
+/// One complete `tools/list` declaration of a server. Kafka key: `project/server`.
+///
+/// `tools` keeps the server's JSON exactly as declared: a server that breaks the MCP spec must still be
+/// diffed as far as possible (DESIGN.md §5), so the detector, not the parser, decides what it can read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolListSnapshot {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
+    pub project: String,
+    pub server: String,
+    pub captured_at: Timestamp,
+    pub source: SnapshotSource,
+    pub tools: Vec<Value>,
+}
+
+impl ToolListSnapshot {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.project, self.server)
+    }
+}
+
+/// A typed view of one MCP Tool object, for code that shows tools to people. Unknown fields are kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpTool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(rename = "inputSchema", default = "empty_object")]
+    pub input_schema: Value,
+    #[serde(rename = "outputSchema", default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_round_trips_the_design_example() {
+        let text = r#"{"project":"default","server":"search-mcp","captured_at":"2026-03-26T08:15:42.000Z",
+            "source":"sdk","tools":[{"name":"search_web","inputSchema":{"type":"object"}}]}"#;
+        let snapshot: ToolListSnapshot = serde_json::from_str(text).expect("valid snapshot");
+        assert_eq!(snapshot.schema_version, 1);
+        assert_eq!(snapshot.key(), "default/search-mcp");
+        let again: ToolListSnapshot =
+            serde_json::from_str(&serde_json::to_string(&snapshot).expect("serialize")).expect("parse");
+        assert_eq!(again, snapshot);
+    }
+
+    #[test]
+    fn unknown_snapshot_fields_are_rejected() {
+        let text = r#"{"project":"p","server":"s","captured_at":"2026-03-26T08:15:42Z","source":"sdk",
+            "tools":[],"tool":[]}"#;
+        let err = serde_json::from_str::<ToolListSnapshot>(text).expect_err("unknown field");
+        assert!(err.to_string().contains("unknown field `tool`"), "{err}");
+    }
+
+    #[test]
+    fn typed_tool_view_keeps_unknown_fields() {
+        let tool: McpTool =
+            serde_json::from_value(serde_json::json!({"name":"a","icons":[{"src":"x"}]})).expect("tool");
+        assert_eq!(tool.input_schema, serde_json::json!({}));
+        assert!(tool.other.contains_key("icons"));
+    }
+}
