@@ -4,3 +4,4 @@
 //! embedded service, in the Kafka detector group, and in the offline CLI.
 
 pub mod shape;
+pub mod shape_drift;

@@ -1,0 +1,304 @@
+//! Ranking a shape change from a structural diff of the baseline and the new shape (DESIGN.md §4.5).
+
+use std::fmt::{self, Write};
+
+use driftline_schemas::{ReasonChange, ShapeRanking, ShapeReason};
+
+/// Why a pair of shapes could not be ranked.
+pub const EMPTY_SHAPE: &str = "one of the two shapes is empty, so nothing can be compared";
+pub const UNREADABLE_SHAPE: &str = "a shape string could not be parsed, so the difference cannot be ranked without guessing";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ranked {
+    pub ranking: Ranking,
+    pub reasons: Vec<ShapeReason>,
+}
+
+/// [`ShapeRanking`] plus `Unchanged`, which a firing never has but a direct comparison can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranking {
+    Ranked(ShapeRanking),
+    Unchanged,
+}
+
+impl Ranked {
+    /// The ranking a signal carries (`unchanged` cannot fire; it reads as compatible).
+    pub fn signal_ranking(&self) -> ShapeRanking {
+        match self.ranking {
+            Ranking::Ranked(ranking) => ranking,
+            Ranking::Unchanged => ShapeRanking::Compatible,
+        }
+    }
+
+    /// The reasons as people read them; for an indeterminate pair, why it could not be ranked.
+    pub fn explanations(&self, baseline: &str, current: &str) -> Vec<String> {
+        match self.ranking {
+            Ranking::Ranked(ShapeRanking::Indeterminate) if baseline.is_empty() || current.is_empty() => {
+                vec![EMPTY_SHAPE.to_owned()]
+            }
+            Ranking::Ranked(ShapeRanking::Indeterminate) => vec![UNREADABLE_SHAPE.to_owned()],
+            _ => self.reasons.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+/// Ranks `current` against `baseline`: a removed field or a changed type is breaking, only added fields
+/// is compatible; an empty or unreadable shape, or one with a typed sentinel, is indeterminate.
+pub fn rank(baseline: &str, current: &str) -> Ranked {
+    let indeterminate = Ranked { ranking: Ranking::Ranked(ShapeRanking::Indeterminate), reasons: Vec::new() };
+    let (Some(before), Some(after)) = (parse(baseline), parse(current)) else {
+        return indeterminate;
+    };
+    let mut reasons = Vec::new();
+    diff(&before, &after, &Path::Root, &mut reasons);
+    let ranking = if reasons.is_empty() {
+        Ranking::Unchanged
+    } else if reasons.iter().any(|r| r.change != ReasonChange::Added) {
+        Ranking::Ranked(ShapeRanking::Breaking)
+    } else {
+        Ranking::Ranked(ShapeRanking::Compatible)
+    };
+    Ranked { ranking, reasons }
+}
+
+/// A parsed shape. Typed sentinels are not represented: a shape holding one is not ranked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    Atom(&'static str),
+    Array(Option<Box<Node>>),
+    Object(Vec<(String, Node)>),
+}
+
+impl Node {
+    fn kind(&self) -> &'static str {
+        match self {
+            Node::Atom(kind) => kind,
+            Node::Array(_) => "array",
+            Node::Object(_) => "object",
+        }
+    }
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Atom(kind) => f.write_str(kind),
+            Node::Array(None) => f.write_str("[]"),
+            Node::Array(Some(element)) => write!(f, "[{element}]"),
+            Node::Object(fields) => {
+                f.write_char('{')?;
+                for (index, (key, node)) in fields.iter().enumerate() {
+                    if index > 0 {
+                        f.write_char(',')?;
+                    }
+                    let mut escaped = String::new();
+                    crate::shape::escape_key_into(&mut escaped, key);
+                    write!(f, "{escaped}:{node}")?;
+                }
+                f.write_char('}')
+            }
+        }
+    }
+}
+
+enum Path<'a> {
+    Root,
+    Field(&'a Path<'a>, &'a str),
+    Elements(&'a Path<'a>),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Root => f.write_str("(root)"),
+            Path::Field(Path::Root, key) => f.write_str(key),
+            Path::Field(parent, key) => write!(f, "{parent}.{key}"),
+            Path::Elements(parent) => write!(f, "{parent}[]"),
+        }
+    }
+}
+
+fn reason(path: &Path<'_>, change: ReasonChange, before: Option<String>, after: Option<String>) -> ShapeReason {
+    ShapeReason { path: path.to_string(), change, before, after }
+}
+
+/// Removed fields and type changes in the baseline's key order, then added fields.
+fn diff(before: &Node, after: &Node, path: &Path<'_>, out: &mut Vec<ShapeReason>) {
+    match (before, after) {
+        (Node::Object(old), Node::Object(new)) => {
+            for (key, old_node) in old {
+                let field = Path::Field(path, key);
+                match new.iter().find(|(k, _)| k == key) {
+                    Some((_, new_node)) => diff(old_node, new_node, &field, out),
+                    None => out.push(reason(&field, ReasonChange::Removed, Some(old_node.to_string()), None)),
+                }
+            }
+            for (key, new_node) in new {
+                if !old.iter().any(|(k, _)| k == key) {
+                    let field = Path::Field(path, key);
+                    out.push(reason(&field, ReasonChange::Added, None, Some(new_node.to_string())));
+                }
+            }
+        }
+        (Node::Array(old), Node::Array(new)) => match (old, new) {
+            (Some(old), Some(new)) => diff(old, new, &Path::Elements(path), out),
+            (None, Some(_)) => out.push(reason(path, ReasonChange::Added, Some(before.to_string()), Some(after.to_string()))),
+            (Some(_), None) => out.push(reason(path, ReasonChange::Removed, Some(before.to_string()), Some(after.to_string()))),
+            (None, None) => {}
+        },
+        _ if before.kind() != after.kind() => out.push(reason(
+            path,
+            ReasonChange::TypeChanged,
+            Some(before.kind().to_owned()),
+            Some(after.kind().to_owned()),
+        )),
+        _ => {}
+    }
+}
+
+/// Parses a shape string written by [`crate::shape`]; `None` when it is empty, malformed, or holds a
+/// typed sentinel.
+fn parse(text: &str) -> Option<Node> {
+    let mut parser = Parser { chars: text.chars().peekable() };
+    let node = parser.node()?;
+    parser.chars.next().is_none().then_some(node)
+}
+
+struct Parser<'a> {
+    chars: std::iter::Peekable<std::str::Chars<'a>>,
+}
+
+impl Parser<'_> {
+    fn node(&mut self) -> Option<Node> {
+        match *self.chars.peek()? {
+            '[' => {
+                self.chars.next();
+                if self.eat(']') {
+                    return Some(Node::Array(None));
+                }
+                let element = self.node()?;
+                self.eat(']').then(|| Node::Array(Some(Box::new(element))))
+            }
+            '{' => {
+                self.chars.next();
+                let mut fields = Vec::new();
+                if self.eat('}') {
+                    return Some(Node::Object(fields));
+                }
+                loop {
+                    let key = self.key()?;
+                    let node = self.node()?;
+                    fields.push((key, node));
+                    if self.eat('}') {
+                        return Some(Node::Object(fields));
+                    }
+                    if !self.eat(',') {
+                        return None;
+                    }
+                }
+            }
+            _ => {
+                for atom in ["null", "bool", "number", "string"] {
+                    if self.word(atom) {
+                        return Some(Node::Atom(atom));
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn eat(&mut self, expected: char) -> bool {
+        self.chars.next_if_eq(&expected).is_some()
+    }
+
+    fn word(&mut self, word: &str) -> bool {
+        let mut lookahead = self.chars.clone();
+        if word.chars().all(|c| lookahead.next() == Some(c)) {
+            self.chars = lookahead;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A key up to its unescaped `:`, which is consumed.
+    fn key(&mut self) -> Option<String> {
+        let mut key = String::new();
+        loop {
+            match self.chars.next()? {
+                ':' => return Some(key),
+                '\\' => match self.chars.next()? {
+                    'u' => {
+                        let hex: String = (0..4).filter_map(|_| self.chars.next()).collect();
+                        key.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                    }
+                    c => key.push(c),
+                },
+                ',' | '{' | '}' | '[' | ']' | '<' | '>' | '"' => return None,
+                c => key.push(c),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ranks `baseline` → `current` and renders `kind: reason; reason`.
+    fn check(baseline: &str, current: &str, expected: &str) {
+        let ranked = rank(baseline, current);
+        let kind = match ranked.ranking {
+            Ranking::Ranked(r) => r.as_str(),
+            Ranking::Unchanged => "unchanged",
+        };
+        let got = format!("{kind}: {}", ranked.explanations(baseline, current).join("; "));
+        assert_eq!(got, expected, "{baseline} -> {current}");
+    }
+
+    #[test]
+    fn ranks() {
+        check("{a:number}", "{a:number}", "unchanged: ");
+        check("{a:number,b:number}", "{a:number}", "breaking: b: removed");
+        check("{a:number}", "{a:string}", "breaking: a: number -> string");
+        check("{a:number}", "{a:number,b:bool}", "compatible: b: added");
+        check("{a:number,b:number}", "{a:string,c:null}", "breaking: a: number -> string; b: removed; c: added");
+        check("{r:{id:number}}", "{r:{id:string}}", "breaking: r.id: number -> string");
+        check("{rows:[{a:number}]}", "{rows:[{a:string}]}", "breaking: rows[].a: number -> string");
+        check("[number]", "[string]", "breaking: (root)[]: number -> string");
+        check("{a:number}", "[number]", "breaking: (root): object -> array");
+        check("{rows:[]}", "{rows:[number]}", "compatible: rows: was empty, now populated");
+        check("{rows:[number]}", "{rows:[]}", "breaking: rows: elements gone");
+        check("[[number]]", "[[]]", "breaking: (root)[]: elements gone");
+        check("null", "{}", "breaking: (root): null -> object");
+    }
+
+    #[test]
+    fn escaped_keys_are_read_back() {
+        check(r"{a\:b:number}", r"{a\:b:string}", "breaking: a:b: number -> string");
+        check(r"{x\u000ay:number}", "{}", "breaking: x\ny: removed");
+        let ranked = rank(r"{a\,b:number}", "{}");
+        assert_eq!(ranked.reasons[0].before.as_deref(), Some("number"));
+    }
+
+    #[test]
+    fn indeterminate() {
+        check("", "{a:number}", &format!("indeterminate: {EMPTY_SHAPE}"));
+        check("{a:number}", "", &format!("indeterminate: {EMPTY_SHAPE}"));
+        check("{a:number}", "{a:", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+        check("{a:string}", "{a:<typed:datetime>}", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+        check("<typed:uuid>", "string", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+        check("{a:b:number}", "{c:number}", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+        check("{a:number}x", "{a:number}", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+    }
+
+    #[test]
+    fn parse_round_trips_what_the_fingerprint_writes() {
+        for json in [r#"{"a":{"b":[{"c":"x"}]},"k:,{}":[],"\u0001":null}"#, "[[1]]", "{}", "true"] {
+            let shape = crate::shape::fingerprint(json.as_bytes(), 8192).shape.expect("shape");
+            let node = parse(&shape).expect("parses");
+            assert_eq!(node.to_string(), shape);
+        }
+    }
+}

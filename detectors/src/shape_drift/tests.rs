@@ -1,0 +1,211 @@
+use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome, ShapeRanking};
+
+use super::*;
+
+fn thresholds(min_history_calls: u32, history_window: u32) -> DetectorThresholds {
+    DetectorThresholds { min_history_calls, history_window, ..Default::default() }
+}
+
+fn success(shape: &str) -> Observation<'_> {
+    Observation {
+        status: CallStatus::Success,
+        outcome: ShapeOutcome::Fingerprinted,
+        shape: Some(shape),
+        compact_bytes: Some(10),
+    }
+}
+
+/// Feeds calls written as a compact script and returns the indices that fired. Each item is a shape,
+/// `!` for a failed call, or `?` for an inconclusive (absent) value.
+fn fires(calls: &[&str], thresholds: &DetectorThresholds) -> Vec<usize> {
+    let mut state = ToolShapeState::default();
+    let mut fired = Vec::new();
+    for (index, call) in calls.iter().enumerate() {
+        let observation = match *call {
+            "!" => Observation { status: CallStatus::Error, outcome: ShapeOutcome::NotSuccess, shape: None, compact_bytes: None },
+            "?" => Observation { status: CallStatus::Success, outcome: ShapeOutcome::Absent, shape: None, compact_bytes: None },
+            shape => success(shape),
+        };
+        if state.observe(observation, thresholds).is_some() {
+            fired.push(index);
+        }
+    }
+    fired
+}
+
+fn repeat(shape: &'static str, n: usize) -> Vec<&'static str> {
+    vec![shape; n]
+}
+
+fn check(calls: Vec<&str>, thresholds: DetectorThresholds, expected: &[usize]) {
+    assert_eq!(fires(&calls, &thresholds), expected, "calls {calls:?}");
+}
+
+#[test]
+fn fires_only_with_enough_history() {
+    check([repeat("A", 9), vec!["B"]].concat(), thresholds(10, 100), &[]);
+    check([repeat("A", 10), vec!["B"]].concat(), thresholds(10, 100), &[10]);
+    check([repeat("A", 2), vec!["B"]].concat(), thresholds(2, 10), &[2]);
+}
+
+#[test]
+fn two_thirds_exactly_counts_and_is_checked_before_insertion() {
+    // Index 2 still primes (2 < 3); before index 3 the window is A, A, X: A is exactly 2/3.
+    check(vec!["A", "A", "X", "B"], thresholds(3, 10), &[3]);
+    // 19 A and 10 X: 19/29 < 2/3, no fire; one more A: 20/30 fires.
+    let mut calls = [repeat("A", 19), repeat("X", 10)].concat();
+    check([calls.clone(), vec!["B"]].concat(), thresholds(10, 100), &(19..29).collect::<Vec<_>>());
+    calls.push("A");
+    let fired = fires(&[calls.clone(), vec!["B"]].concat(), &thresholds(10, 100));
+    assert_eq!(fired.last(), Some(&30));
+}
+
+#[test]
+fn a_persistent_new_shape_becomes_the_baseline_by_itself() {
+    // B fires while A keeps two thirds (indices 10..=14), then takes over; A coming back fires.
+    let calls = [repeat("A", 10), repeat("B", 21), vec!["A"]].concat();
+    check(calls, thresholds(10, 100), &[10, 11, 12, 13, 14, 15, 31]);
+}
+
+#[test]
+fn inconclusive_and_failed_calls_take_no_slot() {
+    let calls = [repeat("A", 5), repeat("?", 50), repeat("!", 50), repeat("A", 5), vec!["B"]].concat();
+    check(calls, thresholds(10, 10), &[110]);
+}
+
+#[test]
+fn the_window_slides() {
+    // With a window of 10, eleven Bs push every A out: B is the baseline, A fires.
+    let calls = [repeat("A", 10), repeat("B", 10), vec!["A"]].concat();
+    let fired = fires(&calls, &thresholds(10, 10));
+    assert_eq!(fired.first(), Some(&10));
+    assert_eq!(fired.last(), Some(&20));
+}
+
+#[test]
+fn the_project_byte_cap_applies_to_fingerprinted_records() {
+    let mut state = ToolShapeState::default();
+    let capped = DetectorThresholds { tool_return_value_max_bytes: 9, ..thresholds(2, 10) };
+    let big = Observation { compact_bytes: Some(10), ..success("A") };
+    assert!(state.observe(big, &capped).is_none());
+    assert_eq!(state.telemetry.oversized, 1);
+    assert_eq!(state.telemetry.fingerprinted, 0);
+    assert_eq!(state.window_size(), 0);
+}
+
+#[test]
+fn telemetry_counts_every_outcome() {
+    let mut state = ToolShapeState::default();
+    let limits = thresholds(10, 100);
+    for outcome in ShapeOutcome::ALL {
+        let status = if outcome == ShapeOutcome::NotSuccess { CallStatus::Error } else { CallStatus::Success };
+        let shape = (outcome == ShapeOutcome::Fingerprinted).then_some("A");
+        state.observe(Observation { status, outcome, shape, compact_bytes: Some(1) }, &limits);
+    }
+    let t = state.telemetry;
+    assert_eq!(t.successful_calls, 6);
+    assert_eq!(
+        [t.fingerprinted, t.oversized, t.truncated_sentinel, t.unparseable, t.too_deep, t.absent, t.not_success],
+        [1; 7]
+    );
+}
+
+#[test]
+fn status() {
+    let limits = thresholds(10, 100);
+    let mut state = ToolShapeState::default();
+    assert_eq!(state.status(&limits).to_string(), "priming 0/10");
+    for _ in 0..4 {
+        state.observe(success("{a:number}"), &limits);
+    }
+    assert_eq!(state.status(&limits).to_string(), "priming 4/10");
+    for _ in 0..30 {
+        state.observe(success("{a:number}"), &limits);
+    }
+    state.observe(success("{b:number}"), &limits);
+    assert_eq!(state.status(&limits).to_string(), "stable · 9db01548 · 97%");
+    for _ in 0..20 {
+        state.observe(success("{b:number}"), &limits);
+    }
+    assert_eq!(state.status(&limits).to_string(), "heterogeneous");
+}
+
+#[test]
+fn shrinking_the_window_drops_the_oldest() {
+    let limits = thresholds(10, 100);
+    let mut state = ToolShapeState::default();
+    for shape in [repeat("A", 20), repeat("B", 20)].concat() {
+        state.observe(success(shape), &limits);
+    }
+    state.shrink_to(10);
+    assert_eq!(state.window_counts(), vec![("B", 10)]);
+    assert_eq!(state.status(&limits).to_string(), format!("stable · {} · 100%", shape_hex8("B")));
+}
+
+#[test]
+fn firing_carries_baseline_counts_and_ranking() {
+    let limits = thresholds(10, 100);
+    let mut state = ToolShapeState::default();
+    for _ in 0..12 {
+        state.observe(success("{price:number}"), &limits);
+    }
+    let firing = state.observe(success("{currency:string,price:number}"), &limits).expect("fires");
+    assert_eq!((firing.baseline_count, firing.window_size), (12, 12));
+    assert_eq!(firing.baseline_shape, "{price:number}");
+    assert_eq!(firing.ranked.signal_ranking(), ShapeRanking::Compatible);
+}
+
+#[test]
+fn state_is_compact_and_round_trips() {
+    let limits = thresholds(10, 100);
+    let mut state = ToolShapeState::default();
+    let a = r#"{"id":"x","items":[{"sku":"a","qty":1,"price":2.5}],"total":10,"currency":"USD","ok":true}"#;
+    let b = r#"{"id":"x","items":[],"total":10,"currency":"USD"}"#;
+    for i in 0..250 {
+        let json = if i % 5 == 0 { b } else { a };
+        let shape = crate::shape::fingerprint(json.as_bytes(), 8192).shape.expect("shape");
+        state.observe(success(&shape), &limits);
+    }
+    assert_eq!(state.window_size(), 100);
+    let size = state.size_bytes();
+    assert!(size <= 2048, "state holds {size} bytes at window 100");
+    let text = serde_json::to_string(&state).expect("serialize");
+    let back: ToolShapeState = serde_json::from_str(&text).expect("deserialize");
+    assert_eq!(back, state);
+}
+
+#[test]
+fn signal_is_addressed_deterministically() {
+    let record = driftline_schemas::ToolCallRecord {
+        schema_version: 1,
+        project: "p".into(),
+        span_id: "span-9".into(),
+        trace_id: None,
+        session_id: None,
+        agent_name: None,
+        server: "srv".into(),
+        tool: "weather".into(),
+        started_at: driftline_schemas::Timestamp::parse("2026-01-01T00:00:00Z").expect("time"),
+        duration_ms: 1.0,
+        status: CallStatus::Success,
+        error: None,
+        ingested_at: driftline_schemas::Timestamp::parse("2026-01-01T00:00:01Z").expect("time"),
+        shape: Some("{temp:string}".into()),
+        shape_hash: Some(shape_hex8("{temp:string}")),
+        compact_bytes: Some(14),
+        shape_outcome: ShapeOutcome::Fingerprinted,
+    };
+    let firing = Firing {
+        shape: "{temp:string}".into(),
+        baseline_shape: "{temp:number}".into(),
+        baseline_count: 10,
+        window_size: 10,
+        ranked: rank("{temp:number}", "{temp:string}"),
+    };
+    let position = driftline_schemas::InputPosition { partition: 0, offset: 7 };
+    let first = signal(&record, position, firing.clone());
+    assert_eq!(first, signal(&record, position, firing));
+    assert_eq!(first.fingerprint, format!("tool_schema_drift:weather:{}", shape_hex8("{temp:string}")));
+    assert_eq!(first.detected_at.to_string(), "2026-01-01T00:00:01.000Z");
+    assert_eq!(first.reasons[0].to_string(), "temp: number -> string");
+}
