@@ -7,7 +7,7 @@
 mod escape;
 mod walk;
 
-use driftline_schemas::ShapeOutcome;
+use driftline_schemas::{CallStatus, ShapeOutcome, Timestamp, ToolCallRecord, ToolCallSpan};
 use sha2::{Digest, Sha256};
 
 pub use escape::escape_key_into;
@@ -31,7 +31,11 @@ pub struct Fingerprint {
 
 impl Fingerprint {
     pub fn absent() -> Self {
-        Fingerprint { outcome: ShapeOutcome::Absent, shape: None, compact_bytes: None }
+        Fingerprint {
+            outcome: ShapeOutcome::Absent,
+            shape: None,
+            compact_bytes: None,
+        }
     }
 
     /// Full lowercase hex SHA-256 of the shape.
@@ -78,11 +82,57 @@ pub fn fingerprint_str(json: &str, max_bytes: u64) -> Fingerprint {
         Some(_) if walked.compact_bytes > max_bytes => (ShapeOutcome::Oversized, None),
         Some(shape) => (ShapeOutcome::Fingerprinted, Some(shape)),
     };
-    Fingerprint { outcome, shape, compact_bytes }
+    Fingerprint {
+        outcome,
+        shape,
+        compact_bytes,
+    }
+}
+
+/// Ingest's shape step (DESIGN.md §2): the span without its return value, plus the value's shape,
+/// fingerprinted up to the largest cap any project may set. Detectors run the same step on raw spans that
+/// other producers publish, so both paths yield identical records.
+pub fn record_from_span(
+    span: &ToolCallSpan,
+    project: &str,
+    ingested_at: Timestamp,
+) -> ToolCallRecord {
+    let print = match (&span.status, &span.return_value) {
+        (CallStatus::Error, _) => Fingerprint {
+            outcome: ShapeOutcome::NotSuccess,
+            shape: None,
+            compact_bytes: None,
+        },
+        (CallStatus::Success, None) => Fingerprint::absent(),
+        (CallStatus::Success, Some(raw)) => fingerprint_str(raw.get(), LARGEST_MAX_BYTES),
+    };
+    ToolCallRecord {
+        schema_version: driftline_schemas::SCHEMA_VERSION,
+        project: project.to_owned(),
+        span_id: span.span_id.clone(),
+        trace_id: span.trace_id.clone(),
+        session_id: span.session_id.clone(),
+        agent_name: span.agent_name.clone(),
+        server: span.server.clone(),
+        tool: span.tool.clone(),
+        started_at: span.started_at,
+        duration_ms: span.duration_ms,
+        status: span.status,
+        error: span.error.clone(),
+        ingested_at,
+        shape_hash: print.hex8(),
+        shape: print.shape,
+        compact_bytes: print.compact_bytes,
+        shape_outcome: print.outcome,
+    }
 }
 
 fn unparseable() -> Fingerprint {
-    Fingerprint { outcome: ShapeOutcome::Unparseable, shape: None, compact_bytes: None }
+    Fingerprint {
+        outcome: ShapeOutcome::Unparseable,
+        shape: None,
+        compact_bytes: None,
+    }
 }
 
 #[cfg(test)]
