@@ -5,9 +5,7 @@ use std::path::PathBuf;
 pub fn conformance_file(name: &str) -> serde_json::Value {
     let dir = std::env::var_os("DRIFTLINE_CONFORMANCE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"));
     let path = dir.join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| {
         panic!(
@@ -15,12 +13,9 @@ pub fn conformance_file(name: &str) -> serde_json::Value {
             path.display()
         )
     });
-    serde_json::from_str(&text)
-        .unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
+    serde_json::from_str(&text).unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
 }
 
 pub fn str_field<'a>(value: &'a serde_json::Value, key: &str) -> &'a str {
-    value[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("field {key} missing in {value}"))
+    value[key].as_str().unwrap_or_else(|| panic!("field {key} missing in {value}"))
 }

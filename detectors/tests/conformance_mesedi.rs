@@ -21,28 +21,20 @@ const ESCAPED_SHAPES: &[(&str, &str)] = &[
     ("{a:b:number}", r"{a\:b:number}"),
     ("{x,y:bool}", r"{x\,y:bool}"),
     ("{{:number,}:number}", r"{\{:number,\}:number}"),
-    (
-        "{a\"b:number,line\nbreak:number}",
-        r#"{a\"b:number,line\u000abreak:number}"#,
-    ),
+    ("{a\"b:number,line\nbreak:number}", r#"{a\"b:number,line\u000abreak:number}"#),
     ("<typed:a:b:c>", r"<typed:a\:b:c>|<typed:a:b\:c>"),
     ("{a:number,b:number}", r"{a\:number\,b:number}"),
 ];
 
 /// Keys and sentinel names anywhere in `value` that driftline writes escaped.
 fn has_escaped_text(value: &Value) -> bool {
-    let special = |s: &str| {
-        s.chars()
-            .any(|c| "\\:,{}[]<>\"".contains(c) || c.is_control())
-    };
+    let special = |s: &str| s.chars().any(|c| "\\:,{}[]<>\"".contains(c) || c.is_control());
     match value {
         Value::Object(map) => {
             let sentinel = map.get("__type__").and_then(Value::as_str).is_some();
             map.iter().any(|(k, v)| {
                 (!sentinel && special(k))
-                    || (sentinel
-                        && (k == "__type__" || k == "class")
-                        && v.as_str().is_some_and(special))
+                    || (sentinel && (k == "__type__" || k == "class") && v.as_str().is_some_and(special))
                     || (!sentinel && has_escaped_text(v))
             })
         }
@@ -71,27 +63,16 @@ fn shapes_match_mesedi_for_ordinary_keys() {
                 .iter()
                 .find(|(theirs, _)| *theirs == mesedi_shape)
                 .unwrap_or_else(|| panic!("{note}: escaped keys but not listed"));
-            {
-                assert!(
-                    ours.split('|').any(|o| o == got),
-                    "{note}: driftline shape {got}, expected {ours}"
-                );
-                assert_ne!(shape_hex8(&got), str_field(case, "hex8"), "{note}");
-                escaped_seen.insert(mesedi_shape);
-            }
+            assert!(ours.split('|').any(|o| o == got), "{note}: driftline shape {got}, expected {ours}");
+            assert_ne!(shape_hex8(&got), str_field(case, "hex8"), "{note}");
+            escaped_seen.insert(mesedi_shape);
         } else {
-            {
-                assert_eq!(got, mesedi_shape, "{note}");
-                assert_eq!(shape_hex8(&got), str_field(case, "hex8"), "{note}");
-                assert_eq!(shape::shape_hash(&got), str_field(case, "sha256"), "{note}");
-            }
+            assert_eq!(got, mesedi_shape, "{note}");
+            assert_eq!(shape_hex8(&got), str_field(case, "hex8"), "{note}");
+            assert_eq!(shape::shape_hash(&got), str_field(case, "sha256"), "{note}");
         }
     }
-    assert_eq!(
-        escaped_seen.len(),
-        ESCAPED_SHAPES.len(),
-        "every listed difference is exercised"
-    );
+    assert_eq!(escaped_seen.len(), ESCAPED_SHAPES.len(), "every listed difference is exercised");
 }
 
 #[test]
@@ -99,10 +80,7 @@ fn the_key_collision_pair_gets_two_shapes() {
     let a = shape_of(&json!({"a": 1, "b": 2})).expect("shape");
     let b = shape_of(&json!({"a:number,b": 0})).expect("shape");
     assert_eq!(a, "{a:number,b:number}");
-    assert_ne!(
-        a, b,
-        "Mesedi gives both {a}; driftline escapes the second key"
-    );
+    assert_ne!(a, b, "Mesedi gives both {a}; driftline escapes the second key");
 }
 
 #[test]
@@ -114,11 +92,7 @@ fn refusals() {
         match raw {
             // Deliberate difference: Mesedi refuses numbers beyond float64; a number is a number here.
             "1e400" => assert_eq!(got.shape.as_deref(), Some("number"), "Mesedi refuses {raw}"),
-            "[1,1e400]" => assert_eq!(
-                got.shape.as_deref(),
-                Some("[number]"),
-                "Mesedi refuses {raw}"
-            ),
+            "[1,1e400]" => assert_eq!(got.shape.as_deref(), Some("[number]"), "Mesedi refuses {raw}"),
             _ => assert_eq!(got.outcome, ShapeOutcome::Unparseable, "{raw:?}"),
         }
     }
@@ -151,28 +125,13 @@ fn ranking() {
     let vectors = vectors();
     for case in vectors["ranking"].as_array().expect("ranking") {
         let note = str_field(case, "note");
-        let expected_reasons: Vec<&str> = case["reasons"]
-            .as_array()
-            .expect("reasons")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let expected_reasons: Vec<&str> =
+            case["reasons"].as_array().expect("reasons").iter().filter_map(Value::as_str).collect();
         // Ranking Mesedi's own shape strings gives Mesedi's answer.
-        let (baseline, current) = (
-            str_field(case, "baseline_shape"),
-            str_field(case, "current_shape"),
-        );
+        let (baseline, current) = (str_field(case, "baseline_shape"), str_field(case, "current_shape"));
         let ranked = rank(baseline, current);
-        assert_eq!(
-            ranking_name(ranked.ranking),
-            str_field(case, "kind"),
-            "{note}"
-        );
-        assert_eq!(
-            ranked.explanations(baseline, current),
-            expected_reasons,
-            "{note}"
-        );
+        assert_eq!(ranking_name(ranked.ranking), str_field(case, "kind"), "{note}");
+        assert_eq!(ranked.explanations(baseline, current), expected_reasons, "{note}");
         // And so does ranking driftline's shapes of the same values, but for the escaped key.
         if case.get("baseline").is_some() {
             let ours_baseline = shape_of(&case["baseline"]).expect("baseline shape");
@@ -184,11 +143,7 @@ fn ranking() {
                 assert_eq!(ranking_name(ranked.ranking), "breaking", "{note}");
                 assert_eq!(explanations, ["a:b: removed", "c: added"], "{note}");
             } else {
-                assert_eq!(
-                    ranking_name(ranked.ranking),
-                    str_field(case, "kind"),
-                    "{note}"
-                );
+                assert_eq!(ranking_name(ranked.ranking), str_field(case, "kind"), "{note}");
                 assert_eq!(explanations, expected_reasons, "{note}");
             }
         }
@@ -205,24 +160,17 @@ fn decisions() {
         }
         let note = str_field(case, "note");
         let min_history_calls = case["min_history_calls"].as_u64().expect("min") as u32;
-        let thresholds = DetectorThresholds {
-            min_history_calls,
-            ..Default::default()
-        };
+        let thresholds = DetectorThresholds { min_history_calls, ..Default::default() };
         if min_history_calls < 2 {
             // Deliberate difference: Mesedi silently reverts to 10; driftline refuses the setting.
             let err = thresholds.validate().expect_err(note);
-            assert!(
-                err.to_string()
-                    .starts_with("min_history_calls = 1 is out of bounds"),
-                "{err}"
-            );
+            assert!(err.to_string().starts_with("min_history_calls = 1 is out of bounds"), "{err}");
             continue;
         }
         if str_field(case, "tool").is_empty() {
             // Driftline never sees an unnamed tool: the span contract requires a name.
-            let schema: Value = serde_json::from_str(driftline_schemas::TOOL_CALL_SPAN_JSON_SCHEMA)
-                .expect("schema");
+            let schema: Value =
+                serde_json::from_str(driftline_schemas::TOOL_CALL_SPAN_JSON_SCHEMA).expect("schema");
             assert_eq!(schema["properties"]["tool"]["minLength"], 1, "{note}");
             continue;
         }
@@ -232,9 +180,7 @@ fn decisions() {
                 state.observe(observation(shape), &thresholds);
             }
         }
-        let fired = state
-            .observe(observation(str_field(case, "current_hash")), &thresholds)
-            .is_some();
+        let fired = state.observe(observation(str_field(case, "current_hash")), &thresholds).is_some();
         assert_eq!(fired, case["fires"].as_bool().expect("fires"), "{note}");
         checked += 1;
     }
@@ -276,16 +222,10 @@ fn run_sequence(case: &Value, thresholds: &DetectorThresholds) -> (Vec<Fire>, Si
         let span: ToolCallSpan = serde_json::from_value(span).expect("span");
         let at = Timestamp::from_millis(index as i64 * 1000).expect("time");
         let record = shape::record_from_span(&span, "default", at);
-        let history: BTreeMap<String, u64> = state
-            .window_counts()
-            .into_iter()
-            .map(|(s, n)| (shape_hex8(s), u64::from(n)))
-            .collect();
+        let history: BTreeMap<String, u64> =
+            state.window_counts().into_iter().map(|(s, n)| (shape_hex8(s), u64::from(n))).collect();
         if let Some(firing) = state.observe((&record).into(), thresholds) {
-            let position = InputPosition {
-                partition: 0,
-                offset: index as u64,
-            };
+            let position = InputPosition { partition: 0, offset: index as u64 };
             let signal = shape_drift::signal(&record, position, firing);
             groups.add(&signal);
             fires.push(Fire {
@@ -330,8 +270,7 @@ fn sequence_thresholds(case: &Value) -> DetectorThresholds {
     DetectorThresholds {
         min_history_calls: case["min_history_calls"].as_u64().expect("min") as u32,
         history_window: 100,
-        tool_return_value_max_bytes: case["tool_return_value_max_bytes"].as_u64().expect("cap")
-            as u32,
+        tool_return_value_max_bytes: case["tool_return_value_max_bytes"].as_u64().expect("cap") as u32,
     }
 }
 
@@ -344,11 +283,7 @@ fn sequences() {
         let name = str_field(case, "name");
         let thresholds = sequence_thresholds(case);
         let fire_indices = |thresholds: &DetectorThresholds| -> Vec<usize> {
-            run_sequence(case, thresholds)
-                .0
-                .iter()
-                .map(|f| f.index)
-                .collect()
+            run_sequence(case, thresholds).0.iter().map(|f| f.index).collect()
         };
         match name {
             // Mesedi leaves out the current execution's own calls; driftline has no executions and
@@ -360,18 +295,9 @@ fn sequences() {
             // Mesedi's window is a fixed 100 rows, so min_history_calls 101 can never be met; driftline
             // refuses a window below min_history_calls, and with one large enough the drift fires.
             "min_history_above_100_never_fires" => {
-                let err = thresholds
-                    .validate()
-                    .expect_err("window below min_history_calls");
-                assert!(
-                    err.to_string()
-                        .starts_with("history_window = 100 is out of bounds"),
-                    "{err}"
-                );
-                let wide = DetectorThresholds {
-                    history_window: 101,
-                    ..thresholds
-                };
+                let err = thresholds.validate().expect_err("window below min_history_calls");
+                assert!(err.to_string().starts_with("history_window = 100 is out of bounds"), "{err}");
+                let wide = DetectorThresholds { history_window: 101, ..thresholds };
                 assert_eq!(fire_indices(&wide), [150], "{name}");
             }
             // Mesedi's unescaped keys make both values one shape; driftline tells them apart.
@@ -382,8 +308,7 @@ fn sequences() {
             _ => {
                 let (fires, groups) = run_sequence(case, &thresholds);
                 assert_eq!(fires, expected_fires(case), "{name}");
-                let expected_groups: Vec<(String, u64, u64, u64)> = case["expected"]
-                    ["failure_groups"]
+                let expected_groups: Vec<(String, u64, u64, u64)> = case["expected"]["failure_groups"]
                     .as_array()
                     .expect("groups")
                     .iter()
@@ -402,12 +327,7 @@ fn sequences() {
                     .map(|g| {
                         let signature = format!("{}:{}", g.sample.tool, g.sample.shape_hash);
                         let index = |t: Timestamp| (t.as_millis() / 1000) as u64;
-                        (
-                            signature,
-                            index(g.first_seen),
-                            index(g.last_seen),
-                            g.occurrences,
-                        )
+                        (signature, index(g.first_seen), index(g.last_seen), g.occurrences)
                     })
                     .collect();
                 got_groups.sort_by_key(|g| g.1);

@@ -47,18 +47,12 @@ pub fn derive_id(kind: OutputKind, record_key: &str, position: InputPosition) ->
 mod tests {
     use super::*;
 
-    const AT: InputPosition = InputPosition {
-        partition: 3,
-        offset: 42,
-    };
+    const AT: InputPosition = InputPosition { partition: 3, offset: 42 };
 
     #[test]
     fn same_inputs_same_id() {
         let first = derive_id(OutputKind::SchemaDriftEvent, "default/search-mcp", AT);
-        assert_eq!(
-            first,
-            derive_id(OutputKind::SchemaDriftEvent, "default/search-mcp", AT)
-        );
+        assert_eq!(first, derive_id(OutputKind::SchemaDriftEvent, "default/search-mcp", AT));
         assert!(first.starts_with("drift-"));
         assert_eq!(first.len(), "drift-".len() + 32);
     }
@@ -69,22 +63,8 @@ mod tests {
         let others = [
             derive_id(OutputKind::ShapeDriftSignal, "default/a", AT),
             derive_id(OutputKind::SchemaDriftEvent, "default/b", AT),
-            derive_id(
-                OutputKind::SchemaDriftEvent,
-                "default/a",
-                InputPosition {
-                    partition: 4,
-                    offset: 42,
-                },
-            ),
-            derive_id(
-                OutputKind::SchemaDriftEvent,
-                "default/a",
-                InputPosition {
-                    partition: 3,
-                    offset: 43,
-                },
-            ),
+            derive_id(OutputKind::SchemaDriftEvent, "default/a", InputPosition { partition: 4, offset: 42 }),
+            derive_id(OutputKind::SchemaDriftEvent, "default/a", InputPosition { partition: 3, offset: 43 }),
         ];
         for other in others {
             assert_ne!(base[base.len() - 32..], other[other.len() - 32..]);

@@ -18,8 +18,8 @@ pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
 pub use thresholds::{DetectorThresholds, ThresholdError};
 pub use time::Timestamp;
 pub use tool_drift::{
-    ChangeType, Classification, Direction, EventStatus, SchemaChange, SchemaDriftEvent,
-    SecurityFlag, ServerStatus, Severity,
+    ChangeType, Classification, Direction, EventStatus, SchemaChange, SchemaDriftEvent, SecurityFlag,
+    ServerStatus, Severity,
 };
 pub use tool_list::{McpTool, SnapshotSource, ToolListSnapshot};
 

@@ -39,18 +39,12 @@ pub struct ToolCallSpan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// `None` when the field is missing; a JSON `null` is kept as the raw value `null` (a real shape).
-    #[serde(
-        default,
-        deserialize_with = "present_raw_value",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "present_raw_value", skip_serializing_if = "Option::is_none")]
     pub return_value: Option<Box<RawValue>>,
 }
 
 // `Option<Box<RawValue>>` would turn an explicit `null` into `None`; a null return is a shape, not absence.
-fn present_raw_value<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Box<RawValue>>, D::Error> {
+fn present_raw_value<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Box<RawValue>>, D::Error> {
     Box::<RawValue>::deserialize(deserializer).map(Some)
 }
 
@@ -144,20 +138,8 @@ mod tests {
     #[test]
     fn missing_return_value_is_absent_but_null_is_kept() {
         assert!(span("").return_value.is_none());
-        assert_eq!(
-            span(r#","return_value":null"#)
-                .return_value
-                .expect("present")
-                .get(),
-            "null"
-        );
-        assert_eq!(
-            span(r#","return_value":{"a": 1}"#)
-                .return_value
-                .expect("present")
-                .get(),
-            r#"{"a": 1}"#
-        );
+        assert_eq!(span(r#","return_value":null"#).return_value.expect("present").get(), "null");
+        assert_eq!(span(r#","return_value":{"a": 1}"#).return_value.expect("present").get(), r#"{"a": 1}"#);
     }
 
     #[test]

@@ -14,11 +14,7 @@ pub struct DetectorThresholds {
 
 impl Default for DetectorThresholds {
     fn default() -> Self {
-        Self {
-            min_history_calls: 10,
-            history_window: 100,
-            tool_return_value_max_bytes: 8192,
-        }
+        Self { min_history_calls: 10, history_window: 100, tool_return_value_max_bytes: 8192 }
     }
 }
 
@@ -42,23 +38,14 @@ impl DetectorThresholds {
     /// Checks every bound; the first violation is returned.
     pub fn validate(&self) -> Result<(), ThresholdError> {
         let (min_calls, max_calls) = Self::MIN_HISTORY_CALLS;
-        check(
-            "min_history_calls",
-            self.min_history_calls,
-            min_calls,
-            max_calls,
-            String::new(),
-        )?;
+        check("min_history_calls", self.min_history_calls, min_calls, max_calls, String::new())?;
         let window_min = self.min_history_calls.max(10);
         check(
             "history_window",
             self.history_window,
             window_min,
             Self::HISTORY_WINDOW_MAX,
-            format!(
-                " (the lower bound is max(10, min_history_calls = {}))",
-                self.min_history_calls
-            ),
+            format!(" (the lower bound is max(10, min_history_calls = {}))", self.min_history_calls),
         )?;
         let (min_bytes, max_bytes) = Self::MAX_BYTES;
         check(
@@ -71,23 +58,11 @@ impl DetectorThresholds {
     }
 }
 
-fn check(
-    key: &'static str,
-    value: u32,
-    min: u32,
-    max: u32,
-    extra: String,
-) -> Result<(), ThresholdError> {
+fn check(key: &'static str, value: u32, min: u32, max: u32, extra: String) -> Result<(), ThresholdError> {
     if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(ThresholdError {
-            key,
-            value: value.into(),
-            min: min.into(),
-            max: max.into(),
-            extra,
-        })
+        Err(ThresholdError { key, value: value.into(), min: min.into(), max: max.into(), extra })
     }
 }
 
@@ -95,17 +70,9 @@ fn check(
 mod tests {
     use super::*;
 
-    fn check(
-        min_history_calls: u32,
-        history_window: u32,
-        max_bytes: u32,
-        expected: Result<(), &str>,
-    ) {
-        let thresholds = DetectorThresholds {
-            min_history_calls,
-            history_window,
-            tool_return_value_max_bytes: max_bytes,
-        };
+    fn check(min_history_calls: u32, history_window: u32, max_bytes: u32, expected: Result<(), &str>) {
+        let thresholds =
+            DetectorThresholds { min_history_calls, history_window, tool_return_value_max_bytes: max_bytes };
         let got = thresholds.validate().map_err(|err| err.to_string());
         match (got, expected) {
             (Ok(()), Ok(())) => {}
@@ -119,18 +86,8 @@ mod tests {
         check(10, 100, 8192, Ok(()));
         check(2, 10, 1, Ok(()));
         check(1000, 10_000, 1_048_576, Ok(()));
-        check(
-            1,
-            100,
-            8192,
-            Err("min_history_calls = 1 is out of bounds: it must be in [2, 1000]"),
-        );
-        check(
-            1001,
-            10_000,
-            8192,
-            Err("min_history_calls = 1001 is out of bounds: it must be in [2, 1000]"),
-        );
+        check(1, 100, 8192, Err("min_history_calls = 1 is out of bounds: it must be in [2, 1000]"));
+        check(1001, 10_000, 8192, Err("min_history_calls = 1001 is out of bounds: it must be in [2, 1000]"));
         check(
             10,
             9,
@@ -150,20 +107,19 @@ mod tests {
             0,
             Err("tool_return_value_max_bytes = 0 is out of bounds: it must be in [1, 1048576]"),
         );
-        check(10, 100, 1_048_577, Err("tool_return_value_max_bytes = 1048577 is out of bounds: it must be in [1, 1048576]"));
+        check(
+            10,
+            100,
+            1_048_577,
+            Err("tool_return_value_max_bytes = 1048577 is out of bounds: it must be in [1, 1048576]"),
+        );
     }
 
     #[test]
     fn missing_keys_take_defaults_and_unknown_keys_are_rejected() {
         let partial: DetectorThresholds =
             serde_json::from_str(r#"{"min_history_calls": 5}"#).expect("partial");
-        assert_eq!(
-            partial,
-            DetectorThresholds {
-                min_history_calls: 5,
-                ..Default::default()
-            }
-        );
+        assert_eq!(partial, DetectorThresholds { min_history_calls: 5, ..Default::default() });
         assert!(serde_json::from_str::<DetectorThresholds>(r#"{"window": 5}"#).is_err());
     }
 }

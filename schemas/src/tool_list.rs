@@ -48,11 +48,7 @@ pub struct McpTool {
     pub description: Option<String>,
     #[serde(rename = "inputSchema", default = "empty_object")]
     pub input_schema: Value,
-    #[serde(
-        rename = "outputSchema",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "outputSchema", default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
@@ -78,8 +74,7 @@ mod tests {
         assert_eq!(snapshot.schema_version, 1);
         assert_eq!(snapshot.key(), "default/search-mcp");
         let again: ToolListSnapshot =
-            serde_json::from_str(&serde_json::to_string(&snapshot).expect("serialize"))
-                .expect("parse");
+            serde_json::from_str(&serde_json::to_string(&snapshot).expect("serialize")).expect("parse");
         assert_eq!(again, snapshot);
     }
 
@@ -94,8 +89,7 @@ mod tests {
     #[test]
     fn typed_tool_view_keeps_unknown_fields() {
         let tool: McpTool =
-            serde_json::from_value(serde_json::json!({"name":"a","icons":[{"src":"x"}]}))
-                .expect("tool");
+            serde_json::from_value(serde_json::json!({"name":"a","icons":[{"src":"x"}]})).expect("tool");
         assert_eq!(tool.input_schema, serde_json::json!({}));
         assert!(tool.other.contains_key("icons"));
     }

@@ -18,10 +18,7 @@ pub fn escape_key_into(out: &mut String, key: &str) {
 }
 
 fn is_structural(c: char) -> bool {
-    matches!(
-        c,
-        '\\' | ':' | ',' | '{' | '}' | '[' | ']' | '<' | '>' | '"'
-    )
+    matches!(c, '\\' | ':' | ',' | '{' | '}' | '[' | ']' | '<' | '>' | '"')
 }
 
 // A conservative byte test: true for every byte that can start an escaped character. 0xC2 leads the

@@ -31,11 +31,7 @@ pub struct Fingerprint {
 
 impl Fingerprint {
     pub fn absent() -> Self {
-        Fingerprint {
-            outcome: ShapeOutcome::Absent,
-            shape: None,
-            compact_bytes: None,
-        }
+        Fingerprint { outcome: ShapeOutcome::Absent, shape: None, compact_bytes: None }
     }
 
     /// Full lowercase hex SHA-256 of the shape.
@@ -82,27 +78,17 @@ pub fn fingerprint_str(json: &str, max_bytes: u64) -> Fingerprint {
         Some(_) if walked.compact_bytes > max_bytes => (ShapeOutcome::Oversized, None),
         Some(shape) => (ShapeOutcome::Fingerprinted, Some(shape)),
     };
-    Fingerprint {
-        outcome,
-        shape,
-        compact_bytes,
-    }
+    Fingerprint { outcome, shape, compact_bytes }
 }
 
 /// Ingest's shape step (DESIGN.md §2): the span without its return value, plus the value's shape,
 /// fingerprinted up to the largest cap any project may set. Detectors run the same step on raw spans that
 /// other producers publish, so both paths yield identical records.
-pub fn record_from_span(
-    span: &ToolCallSpan,
-    project: &str,
-    ingested_at: Timestamp,
-) -> ToolCallRecord {
+pub fn record_from_span(span: &ToolCallSpan, project: &str, ingested_at: Timestamp) -> ToolCallRecord {
     let print = match (&span.status, &span.return_value) {
-        (CallStatus::Error, _) => Fingerprint {
-            outcome: ShapeOutcome::NotSuccess,
-            shape: None,
-            compact_bytes: None,
-        },
+        (CallStatus::Error, _) => {
+            Fingerprint { outcome: ShapeOutcome::NotSuccess, shape: None, compact_bytes: None }
+        }
         (CallStatus::Success, None) => Fingerprint::absent(),
         (CallStatus::Success, Some(raw)) => fingerprint_str(raw.get(), LARGEST_MAX_BYTES),
     };
@@ -128,11 +114,7 @@ pub fn record_from_span(
 }
 
 fn unparseable() -> Fingerprint {
-    Fingerprint {
-        outcome: ShapeOutcome::Unparseable,
-        shape: None,
-        compact_bytes: None,
-    }
+    Fingerprint { outcome: ShapeOutcome::Unparseable, shape: None, compact_bytes: None }
 }
 
 #[cfg(test)]

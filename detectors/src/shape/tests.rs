@@ -8,19 +8,12 @@ const CAP: u64 = 8192;
 /// The shape of `json`, or the outcome when it has none.
 fn check(json: &str, expected: &str) {
     let got = fingerprint(json.as_bytes(), CAP);
-    let rendered = got
-        .shape
-        .clone()
-        .unwrap_or_else(|| format!("<{}>", got.outcome.as_str()));
+    let rendered = got.shape.clone().unwrap_or_else(|| format!("<{}>", got.outcome.as_str()));
     assert_eq!(rendered, expected, "input {json:?}");
 }
 
 fn check_compact(json: &str, expected: u64) {
-    assert_eq!(
-        fingerprint(json.as_bytes(), CAP).compact_bytes,
-        Some(expected),
-        "input {json:?}"
-    );
+    assert_eq!(fingerprint(json.as_bytes(), CAP).compact_bytes, Some(expected), "input {json:?}");
 }
 
 fn nested_arrays(depth: usize) -> String {
@@ -47,19 +40,13 @@ fn containers() {
     check("[1, \"a\", null]", "[number]");
     check("[[], [1]]", "[[]]");
     check(r#"[{"b":1},{"c":"x"}]"#, "[{b:number}]");
-    check(
-        r#"{"b": 1, "a": {"d": [true], "c": null}}"#,
-        "{a:{c:null,d:[bool]},b:number}",
-    );
+    check(r#"{"b": 1, "a": {"d": [true], "c": null}}"#, "{a:{c:null,d:[bool]},b:number}");
     check(" \n\t{ \"a\" : [ 1 , 2 ] }\r\n", "{a:[number]}");
 }
 
 #[test]
 fn keys_sort_by_utf8_bytes_and_duplicates_keep_the_last() {
-    check(
-        r#"{"b":1,"B":1,"_a":1,"a":1,"":1}"#,
-        "{:number,B:number,_a:number,a:number,b:number}",
-    );
+    check(r#"{"b":1,"B":1,"_a":1,"a":1,"":1}"#, "{:number,B:number,_a:number,a:number,b:number}");
     check(r#"{"é":1,"z":1,"😀":1}"#, "{z:number,é:number,😀:number}");
     check(r#"{"a":1,"a":"x"}"#, "{a:string}");
     check(r#"{"a":"x","b":0,"a":[1]}"#, "{a:[number],b:number}");
@@ -83,20 +70,11 @@ fn keys_are_escaped() {
 #[test]
 fn typed_sentinels() {
     check(r#"{"__type__":"uuid","value":"0f0e"}"#, "<typed:uuid>");
-    check(
-        r#"{"__type__":"object","class":"User","value":"x"}"#,
-        "<typed:object:User>",
-    );
-    check(
-        r#"{"class":"User","__type__":"object"}"#,
-        "<typed:object:User>",
-    );
+    check(r#"{"__type__":"object","class":"User","value":"x"}"#, "<typed:object:User>");
+    check(r#"{"class":"User","__type__":"object"}"#, "<typed:object:User>");
     check(r#"{"__type__":"object","class":5}"#, "<typed:object>");
     check(r#"{"__type__":""}"#, "<typed:>");
-    check(
-        r#"{"__type__":5,"value":"x"}"#,
-        "{__type__:number,value:string}",
-    );
+    check(r#"{"__type__":5,"value":"x"}"#, "{__type__:number,value:string}");
     check(r#"{"__type__":"a","__type__":5}"#, "{__type__:number}");
     check(r#"{"__type__":"a:b","class":"c"}"#, r"<typed:a\:b:c>");
     check(r#"{"__type__":"a","class":"b:c"}"#, r"<typed:a:b\:c>");
@@ -129,18 +107,12 @@ fn outcomes() {
     check(r#""<truncated>""#, "<truncated_sentinel>");
     check(r#""\u003ctruncated>""#, "<truncated_sentinel>");
     check(r#"{"a":"<truncated>"}"#, "{a:string}");
-    assert_eq!(
-        fingerprint(b"\xff\xfe", CAP).outcome,
-        ShapeOutcome::Unparseable
-    );
+    assert_eq!(fingerprint(b"\xff\xfe", CAP).outcome, ShapeOutcome::Unparseable);
 }
 
 #[test]
 fn depth_limit_is_128_containers() {
-    check(
-        &nested_arrays(DEPTH_LIMIT),
-        &format!("{}number{}", "[".repeat(128), "]".repeat(128)),
-    );
+    check(&nested_arrays(DEPTH_LIMIT), &format!("{}number{}", "[".repeat(128), "]".repeat(128)));
     check(&nested_arrays(DEPTH_LIMIT + 1), "<too_deep>");
     check(&nested_arrays(10_000), "<too_deep>");
     // Depth counts everywhere, also in elements the shape ignores.
@@ -167,10 +139,7 @@ fn byte_cap_is_strictly_greater() {
     assert_eq!(over.shape, None);
     assert_eq!(over.compact_bytes, Some(9));
     // The cap measures the compact form, so formatting does not matter.
-    assert_eq!(
-        fingerprint(b"{ \"bb\" : 1 }", 8).outcome,
-        ShapeOutcome::Fingerprinted
-    );
+    assert_eq!(fingerprint(b"{ \"bb\" : 1 }", 8).outcome, ShapeOutcome::Fingerprinted);
 }
 
 #[test]
@@ -191,9 +160,7 @@ fn arb_json() -> impl Strategy<Value = serde_json::Value> {
         Just(serde_json::Value::Null),
         any::<bool>().prop_map(serde_json::Value::from),
         any::<i64>().prop_map(serde_json::Value::from),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(serde_json::Value::from),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(serde_json::Value::from),
         ".{0,8}".prop_map(serde_json::Value::from),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
@@ -213,11 +180,7 @@ fn other_values(value: &serde_json::Value) -> serde_json::Value {
         Value::String(s) => Value::from(format!("{s}-changed")),
         Value::Bool(b) => Value::from(!b),
         Value::Array(items) => Value::Array(items.iter().map(other_values).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), other_values(v)))
-                .collect(),
-        ),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), other_values(v))).collect()),
         Value::Null => Value::Null,
     }
 }
@@ -276,19 +239,12 @@ proptest! {
 fn reverse_keys(value: &serde_json::Value) -> String {
     use serde_json::Value;
     match value {
-        Value::Array(items) => format!(
-            "[{}]",
-            items.iter().map(reverse_keys).collect::<Vec<_>>().join(",")
-        ),
+        Value::Array(items) => format!("[{}]", items.iter().map(reverse_keys).collect::<Vec<_>>().join(",")),
         Value::Object(map) => format!(
             "{{{}}}",
             map.iter()
                 .rev()
-                .map(|(k, v)| format!(
-                    "{}:{}",
-                    serde_json::to_string(k).expect("key"),
-                    reverse_keys(v)
-                ))
+                .map(|(k, v)| format!("{}:{}", serde_json::to_string(k).expect("key"), reverse_keys(v)))
                 .collect::<Vec<_>>()
                 .join(",")
         ),

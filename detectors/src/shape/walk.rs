@@ -30,19 +30,11 @@ pub fn walk(json: &str) -> Result<Walked, Invalid> {
     walker.run()?;
     let compact_bytes = (json.len() - walker.whitespace) as u64;
     if walker.too_deep {
-        return Ok(Walked {
-            shape: None,
-            compact_bytes,
-            is_truncated_sentinel: false,
-        });
+        return Ok(Walked { shape: None, compact_bytes, is_truncated_sentinel: false });
     }
     let result = walker.result.ok_or(Invalid)?;
     let is_truncated_sentinel = result.string_value.as_deref() == Some(TRUNCATED_SENTINEL);
-    Ok(Walked {
-        shape: Some(result.text.into_owned()),
-        compact_bytes,
-        is_truncated_sentinel,
-    })
+    Ok(Walked { shape: Some(result.text.into_owned()), compact_bytes, is_truncated_sentinel })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -61,22 +53,14 @@ struct Shaped<'a> {
 
 impl Shaped<'_> {
     fn atom(text: &'static str) -> Self {
-        Shaped {
-            text: Cow::Borrowed(text),
-            string_value: None,
-        }
+        Shaped { text: Cow::Borrowed(text), string_value: None }
     }
 }
 
 /// A container whose shape is being built.
 enum Frame<'a> {
-    Array {
-        first: Option<Cow<'static, str>>,
-    },
-    Object {
-        entries: Vec<(Cow<'a, str>, Shaped<'a>)>,
-        pending_key: Option<Cow<'a, str>>,
-    },
+    Array { first: Option<Cow<'static, str>> },
+    Object { entries: Vec<(Cow<'a, str>, Shaped<'a>)>, pending_key: Option<Cow<'a, str>> },
 }
 
 struct Walker<'a> {
@@ -104,18 +88,10 @@ impl<'a> Walker<'a> {
             match byte {
                 b'{' | b'[' => {
                     self.pos += 1;
-                    let container = if byte == b'{' {
-                        Container::Object
-                    } else {
-                        Container::Array
-                    };
+                    let container = if byte == b'{' { Container::Object } else { Container::Array };
                     self.open(container, build);
                     self.skip_whitespace();
-                    let closing = if container == Container::Object {
-                        b'}'
-                    } else {
-                        b']'
-                    };
+                    let closing = if container == Container::Object { b'}' } else { b']' };
                     if self.peek() == Some(closing) {
                         self.pos += 1;
                         self.close();
@@ -131,10 +107,7 @@ impl<'a> Walker<'a> {
                     let keep = build && self.keeps_string_value();
                     let value = self.string(keep)?;
                     if build {
-                        self.deliver(Shaped {
-                            text: Cow::Borrowed("string"),
-                            string_value: value,
-                        });
+                        self.deliver(Shaped { text: Cow::Borrowed("string"), string_value: value });
                     }
                 }
                 b'-' | b'0'..=b'9' => {
@@ -152,17 +125,9 @@ impl<'a> Walker<'a> {
             loop {
                 self.skip_whitespace();
                 let Some(&container) = self.containers.last() else {
-                    return if self.pos == self.bytes.len() {
-                        Ok(())
-                    } else {
-                        Err(Invalid)
-                    };
+                    return if self.pos == self.bytes.len() { Ok(()) } else { Err(Invalid) };
                 };
-                let closing = if container == Container::Object {
-                    b'}'
-                } else {
-                    b']'
-                };
+                let closing = if container == Container::Object { b'}' } else { b']' };
                 match self.peek() {
                     Some(b',') => {
                         self.pos += 1;
@@ -209,10 +174,7 @@ impl<'a> Walker<'a> {
     fn keeps_string_value(&self) -> bool {
         match self.frames.last() {
             None => true,
-            Some(Frame::Object {
-                pending_key: Some(key),
-                ..
-            }) => key == "__type__" || key == "class",
+            Some(Frame::Object { pending_key: Some(key), .. }) => key == "__type__" || key == "class",
             Some(_) => false,
         }
     }
@@ -227,10 +189,7 @@ impl<'a> Walker<'a> {
         } else if build {
             self.frames.push(match container {
                 Container::Array => Frame::Array { first: None },
-                Container::Object => Frame::Object {
-                    entries: Vec::new(),
-                    pending_key: None,
-                },
+                Container::Object => Frame::Object { entries: Vec::new(), pending_key: None },
             });
         } else {
             self.skip_depth += 1;
@@ -258,10 +217,7 @@ impl<'a> Walker<'a> {
         match self.frames.last_mut() {
             None => self.result = Some(shaped),
             Some(Frame::Array { first }) => *first = Some(shaped.text),
-            Some(Frame::Object {
-                entries,
-                pending_key,
-            }) => {
+            Some(Frame::Object { entries, pending_key }) => {
                 let key = pending_key.take().unwrap_or_default();
                 entries.push((key, shaped));
             }
@@ -276,8 +232,7 @@ impl<'a> Walker<'a> {
         self.pos += 1;
         let building = !self.too_deep && self.skip_depth == 0;
         let key = self.string(building)?;
-        if let (true, Some(Frame::Object { pending_key, .. })) = (building, self.frames.last_mut())
-        {
+        if let (true, Some(Frame::Object { pending_key, .. })) = (building, self.frames.last_mut()) {
             *pending_key = key;
         }
         self.skip_whitespace();
@@ -355,9 +310,7 @@ impl<'a> Walker<'a> {
                         if !(0xDC00..=0xDFFF).contains(&low) {
                             return Err(Invalid);
                         }
-                        let code = 0x10000
-                            + ((u32::from(unit) - 0xD800) << 10)
-                            + (u32::from(low) - 0xDC00);
+                        let code = 0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
                         char::from_u32(code).ok_or(Invalid)?
                     }
                     0xDC00..=0xDFFF => return Err(Invalid),
@@ -436,10 +389,7 @@ fn array_shape(first: Option<Cow<'static, str>>) -> Shaped<'static> {
         None => Cow::Borrowed("[]"),
         Some(element) => Cow::Owned(format!("[{element}]")),
     };
-    Shaped {
-        text,
-        string_value: None,
-    }
+    Shaped { text, string_value: None }
 }
 
 fn object_shape<'a>(mut entries: Vec<(Cow<'a, str>, Shaped<'a>)>) -> Shaped<'a> {
@@ -453,10 +403,7 @@ fn object_shape<'a>(mut entries: Vec<(Cow<'a, str>, Shaped<'a>)>) -> Shaped<'a> 
         }
     }
     let string_of = |name: &str| {
-        unique
-            .iter()
-            .find(|(key, _)| key == name)
-            .and_then(|(_, shaped)| shaped.string_value.as_deref())
+        unique.iter().find(|(key, _)| key == name).and_then(|(_, shaped)| shaped.string_value.as_deref())
     };
     if let Some(type_name) = string_of("__type__") {
         let mut text = String::from("<typed:");
@@ -466,17 +413,10 @@ fn object_shape<'a>(mut entries: Vec<(Cow<'a, str>, Shaped<'a>)>) -> Shaped<'a> 
             escape_key_into(&mut text, class);
         }
         text.push('>');
-        return Shaped {
-            text: Cow::Owned(text),
-            string_value: None,
-        };
+        return Shaped { text: Cow::Owned(text), string_value: None };
     }
-    let mut text = String::with_capacity(
-        2 + unique
-            .iter()
-            .map(|(k, s)| k.len() + s.text.len() + 2)
-            .sum::<usize>(),
-    );
+    let mut text =
+        String::with_capacity(2 + unique.iter().map(|(k, s)| k.len() + s.text.len() + 2).sum::<usize>());
     text.push('{');
     for (index, (key, shaped)) in unique.iter().enumerate() {
         if index > 0 {
@@ -487,8 +427,5 @@ fn object_shape<'a>(mut entries: Vec<(Cow<'a, str>, Shaped<'a>)>) -> Shaped<'a> 
         text.push_str(&shaped.text);
     }
     text.push('}');
-    Shaped {
-        text: Cow::Owned(text),
-        string_value: None,
-    }
+    Shaped { text: Cow::Owned(text), string_value: None }
 }

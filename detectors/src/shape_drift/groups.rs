@@ -20,12 +20,8 @@ pub struct SignalGroup {
 
 impl SignalGroups {
     pub fn add(&mut self, signal: &ShapeDriftSignal) {
-        let key = (
-            signal.project.clone(),
-            signal.server.clone(),
-            signal.tool.clone(),
-            signal.shape_hash.clone(),
-        );
+        let key =
+            (signal.project.clone(), signal.server.clone(), signal.tool.clone(), signal.shape_hash.clone());
         self.groups
             .entry(key)
             .and_modify(|group| {

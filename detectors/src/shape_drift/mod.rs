@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use driftline_schemas::{
-    derive_id, CallStatus, DetectorThresholds, InputPosition, OutputKind, ShapeDriftSignal,
-    ShapeOutcome, ToolCallRecord,
+    derive_id, CallStatus, DetectorThresholds, InputPosition, OutputKind, ShapeDriftSignal, ShapeOutcome,
+    ToolCallRecord,
 };
 use serde::{Deserialize, Serialize};
 
@@ -98,9 +98,14 @@ pub struct Firing {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ShapeStatus {
     /// Fewer than `min_history_calls` conclusive calls in the window.
-    Priming { have: u32, need: u32 },
+    Priming {
+        have: u32,
+        need: u32,
+    },
     /// No shape covers two thirds of the window: this tool cannot fire.
-    Heterogeneous { window_size: u32 },
+    Heterogeneous {
+        window_size: u32,
+    },
     Stable {
         shape: String,
         hex8: String,
@@ -112,9 +117,9 @@ pub enum ShapeStatus {
 impl ShapeStatus {
     pub fn share(&self) -> Option<f64> {
         match self {
-            ShapeStatus::Stable {
-                count, window_size, ..
-            } => Some(f64::from(*count) / f64::from(*window_size)),
+            ShapeStatus::Stable { count, window_size, .. } => {
+                Some(f64::from(*count) / f64::from(*window_size))
+            }
             _ => None,
         }
     }
@@ -136,11 +141,7 @@ impl fmt::Display for ShapeStatus {
 impl ToolShapeState {
     /// Applies one call (DESIGN.md §4): inconclusive calls only count; a conclusive shape is checked
     /// against the window as it was **before** this call, then added to it.
-    pub fn observe(
-        &mut self,
-        call: Observation<'_>,
-        thresholds: &DetectorThresholds,
-    ) -> Option<Firing> {
+    pub fn observe(&mut self, call: Observation<'_>, thresholds: &DetectorThresholds) -> Option<Firing> {
         if call.status != CallStatus::Success || call.outcome == ShapeOutcome::NotSuccess {
             self.telemetry.count(ShapeOutcome::NotSuccess);
             return None;
@@ -168,9 +169,8 @@ impl ToolShapeState {
     fn check(&self, shape: &str, thresholds: &DetectorThresholds) -> Option<Firing> {
         let total = self.window_size();
         let (dominant, count) = self.dominant()?;
-        let fires = total >= thresholds.min_history_calls
-            && 3 * count >= 2 * total
-            && &*dominant.shape != shape;
+        let fires =
+            total >= thresholds.min_history_calls && 3 * count >= 2 * total && &*dominant.shape != shape;
         fires.then(|| Firing {
             shape: shape.to_owned(),
             baseline_shape: dominant.shape.to_string(),
@@ -182,19 +182,12 @@ impl ToolShapeState {
 
     fn push(&mut self, shape: &str, history_window: u32) {
         self.shrink_to(history_window.saturating_sub(1));
-        let slot = match self
-            .slots
-            .iter()
-            .position(|s| s.count > 0 && &*s.shape == shape)
-        {
+        let slot = match self.slots.iter().position(|s| s.count > 0 && &*s.shape == shape) {
             Some(slot) => slot,
             None => {
                 let free = self.slots.iter().position(|s| s.count == 0);
                 let slot = free.unwrap_or(self.slots.len());
-                let entry = Slot {
-                    shape: shape.into(),
-                    count: 0,
-                };
+                let entry = Slot { shape: shape.into(), count: 0 };
                 match free {
                     Some(_) => self.slots[slot] = entry,
                     None => self.slots.push(entry),
@@ -228,29 +221,18 @@ impl ToolShapeState {
     }
 
     fn dominant(&self) -> Option<(&Slot, u32)> {
-        self.slots
-            .iter()
-            .filter(|s| s.count > 0)
-            .max_by_key(|s| s.count)
-            .map(|s| (s, s.count))
+        self.slots.iter().filter(|s| s.count > 0).max_by_key(|s| s.count).map(|s| (s, s.count))
     }
 
     /// Count of each distinct shape in the window.
     pub fn window_counts(&self) -> Vec<(&str, u32)> {
-        self.slots
-            .iter()
-            .filter(|s| s.count > 0)
-            .map(|s| (&*s.shape, s.count))
-            .collect()
+        self.slots.iter().filter(|s| s.count > 0).map(|s| (&*s.shape, s.count)).collect()
     }
 
     pub fn status(&self, thresholds: &DetectorThresholds) -> ShapeStatus {
         let total = self.window_size();
         if total < thresholds.min_history_calls {
-            return ShapeStatus::Priming {
-                have: total,
-                need: thresholds.min_history_calls,
-            };
+            return ShapeStatus::Priming { have: total, need: thresholds.min_history_calls };
         }
         match self.dominant() {
             Some((slot, count)) if 3 * count >= 2 * total => ShapeStatus::Stable {
@@ -273,11 +255,7 @@ impl ToolShapeState {
 }
 
 /// Addresses a firing as the signal stored and shown: id, tool, time, hashes.
-pub fn signal(
-    record: &ToolCallRecord,
-    position: InputPosition,
-    firing: Firing,
-) -> ShapeDriftSignal {
+pub fn signal(record: &ToolCallRecord, position: InputPosition, firing: Firing) -> ShapeDriftSignal {
     let shape_hash = shape_hex8(&firing.shape);
     ShapeDriftSignal {
         id: derive_id(OutputKind::ShapeDriftSignal, &record.key(), position),

@@ -34,9 +34,7 @@ impl Ranked {
     /// The reasons as people read them; for an indeterminate pair, why it could not be ranked.
     pub fn explanations(&self, baseline: &str, current: &str) -> Vec<String> {
         match self.ranking {
-            Ranking::Ranked(ShapeRanking::Indeterminate)
-                if baseline.is_empty() || current.is_empty() =>
-            {
+            Ranking::Ranked(ShapeRanking::Indeterminate) if baseline.is_empty() || current.is_empty() => {
                 vec![EMPTY_SHAPE.to_owned()]
             }
             Ranking::Ranked(ShapeRanking::Indeterminate) => vec![UNREADABLE_SHAPE.to_owned()],
@@ -48,10 +46,7 @@ impl Ranked {
 /// Ranks `current` against `baseline`: a removed field or a changed type is breaking, only added fields
 /// is compatible; an empty or unreadable shape, or one with a typed sentinel, is indeterminate.
 pub fn rank(baseline: &str, current: &str) -> Ranked {
-    let indeterminate = Ranked {
-        ranking: Ranking::Ranked(ShapeRanking::Indeterminate),
-        reasons: Vec::new(),
-    };
+    let indeterminate = Ranked { ranking: Ranking::Ranked(ShapeRanking::Indeterminate), reasons: Vec::new() };
     let (Some(before), Some(after)) = (parse(baseline), parse(current)) else {
         return indeterminate;
     };
@@ -130,12 +125,7 @@ fn reason(
     before: Option<String>,
     after: Option<String>,
 ) -> ShapeReason {
-    ShapeReason {
-        path: path.to_string(),
-        change,
-        before,
-        after,
-    }
+    ShapeReason { path: path.to_string(), change, before, after }
 }
 
 /// Removed fields and type changes in the baseline's key order, then added fields.
@@ -146,34 +136,21 @@ fn diff(before: &Node, after: &Node, path: &Path<'_>, out: &mut Vec<ShapeReason>
                 let field = Path::Field(path, key);
                 match new.iter().find(|(k, _)| k == key) {
                     Some((_, new_node)) => diff(old_node, new_node, &field, out),
-                    None => out.push(reason(
-                        &field,
-                        ReasonChange::Removed,
-                        Some(old_node.to_string()),
-                        None,
-                    )),
+                    None => out.push(reason(&field, ReasonChange::Removed, Some(old_node.to_string()), None)),
                 }
             }
             for (key, new_node) in new {
                 if !old.iter().any(|(k, _)| k == key) {
                     let field = Path::Field(path, key);
-                    out.push(reason(
-                        &field,
-                        ReasonChange::Added,
-                        None,
-                        Some(new_node.to_string()),
-                    ));
+                    out.push(reason(&field, ReasonChange::Added, None, Some(new_node.to_string())));
                 }
             }
         }
         (Node::Array(old), Node::Array(new)) => match (old, new) {
             (Some(old), Some(new)) => diff(old, new, &Path::Elements(path), out),
-            (None, Some(_)) => out.push(reason(
-                path,
-                ReasonChange::Added,
-                Some(before.to_string()),
-                Some(after.to_string()),
-            )),
+            (None, Some(_)) => {
+                out.push(reason(path, ReasonChange::Added, Some(before.to_string()), Some(after.to_string())))
+            }
             (Some(_), None) => out.push(reason(
                 path,
                 ReasonChange::Removed,
@@ -195,9 +172,7 @@ fn diff(before: &Node, after: &Node, path: &Path<'_>, out: &mut Vec<ShapeReason>
 /// Parses a shape string written by [`crate::shape`]; `None` when it is empty, malformed, or holds a
 /// typed sentinel.
 fn parse(text: &str) -> Option<Node> {
-    let mut parser = Parser {
-        chars: text.chars().peekable(),
-    };
+    let mut parser = Parser { chars: text.chars().peekable() };
     let node = parser.node()?;
     parser.chars.next().is_none().then_some(node)
 }
@@ -291,10 +266,7 @@ mod tests {
             Ranking::Ranked(r) => r.as_str(),
             Ranking::Unchanged => "unchanged",
         };
-        let got = format!(
-            "{kind}: {}",
-            ranked.explanations(baseline, current).join("; ")
-        );
+        let got = format!("{kind}: {}", ranked.explanations(baseline, current).join("; "));
         assert_eq!(got, expected, "{baseline} -> {current}");
     }
 
@@ -309,47 +281,19 @@ mod tests {
             "{a:string,c:null}",
             "breaking: a: number -> string; b: removed; c: added",
         );
-        check(
-            "{r:{id:number}}",
-            "{r:{id:string}}",
-            "breaking: r.id: number -> string",
-        );
-        check(
-            "{rows:[{a:number}]}",
-            "{rows:[{a:string}]}",
-            "breaking: rows[].a: number -> string",
-        );
-        check(
-            "[number]",
-            "[string]",
-            "breaking: (root)[]: number -> string",
-        );
-        check(
-            "{a:number}",
-            "[number]",
-            "breaking: (root): object -> array",
-        );
-        check(
-            "{rows:[]}",
-            "{rows:[number]}",
-            "compatible: rows: was empty, now populated",
-        );
-        check(
-            "{rows:[number]}",
-            "{rows:[]}",
-            "breaking: rows: elements gone",
-        );
+        check("{r:{id:number}}", "{r:{id:string}}", "breaking: r.id: number -> string");
+        check("{rows:[{a:number}]}", "{rows:[{a:string}]}", "breaking: rows[].a: number -> string");
+        check("[number]", "[string]", "breaking: (root)[]: number -> string");
+        check("{a:number}", "[number]", "breaking: (root): object -> array");
+        check("{rows:[]}", "{rows:[number]}", "compatible: rows: was empty, now populated");
+        check("{rows:[number]}", "{rows:[]}", "breaking: rows: elements gone");
         check("[[number]]", "[[]]", "breaking: (root)[]: elements gone");
         check("null", "{}", "breaking: (root): null -> object");
     }
 
     #[test]
     fn escaped_keys_are_read_back() {
-        check(
-            r"{a\:b:number}",
-            r"{a\:b:string}",
-            "breaking: a:b: number -> string",
-        );
+        check(r"{a\:b:number}", r"{a\:b:string}", "breaking: a:b: number -> string");
         check(r"{x\u000ay:number}", "{}", "breaking: x\ny: removed");
         let ranked = rank(r"{a\,b:number}", "{}");
         assert_eq!(ranked.reasons[0].before.as_deref(), Some("number"));
@@ -359,44 +303,17 @@ mod tests {
     fn indeterminate() {
         check("", "{a:number}", &format!("indeterminate: {EMPTY_SHAPE}"));
         check("{a:number}", "", &format!("indeterminate: {EMPTY_SHAPE}"));
-        check(
-            "{a:number}",
-            "{a:",
-            &format!("indeterminate: {UNREADABLE_SHAPE}"),
-        );
-        check(
-            "{a:string}",
-            "{a:<typed:datetime>}",
-            &format!("indeterminate: {UNREADABLE_SHAPE}"),
-        );
-        check(
-            "<typed:uuid>",
-            "string",
-            &format!("indeterminate: {UNREADABLE_SHAPE}"),
-        );
-        check(
-            "{a:b:number}",
-            "{c:number}",
-            &format!("indeterminate: {UNREADABLE_SHAPE}"),
-        );
-        check(
-            "{a:number}x",
-            "{a:number}",
-            &format!("indeterminate: {UNREADABLE_SHAPE}"),
-        );
+        check("{a:number}", "{a:", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+        check("{a:string}", "{a:<typed:datetime>}", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+        check("<typed:uuid>", "string", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+        check("{a:b:number}", "{c:number}", &format!("indeterminate: {UNREADABLE_SHAPE}"));
+        check("{a:number}x", "{a:number}", &format!("indeterminate: {UNREADABLE_SHAPE}"));
     }
 
     #[test]
     fn parse_round_trips_what_the_fingerprint_writes() {
-        for json in [
-            r#"{"a":{"b":[{"c":"x"}]},"k:,{}":[],"\u0001":null}"#,
-            "[[1]]",
-            "{}",
-            "true",
-        ] {
-            let shape = crate::shape::fingerprint(json.as_bytes(), 8192)
-                .shape
-                .expect("shape");
+        for json in [r#"{"a":{"b":[{"c":"x"}]},"k:,{}":[],"\u0001":null}"#, "[[1]]", "{}", "true"] {
+            let shape = crate::shape::fingerprint(json.as_bytes(), 8192).shape.expect("shape");
             let node = parse(&shape).expect("parses");
             assert_eq!(node.to_string(), shape);
         }

@@ -3,11 +3,7 @@ use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome, ShapeRanki
 use super::*;
 
 fn thresholds(min_history_calls: u32, history_window: u32) -> DetectorThresholds {
-    DetectorThresholds {
-        min_history_calls,
-        history_window,
-        ..Default::default()
-    }
+    DetectorThresholds { min_history_calls, history_window, ..Default::default() }
 }
 
 fn success(shape: &str) -> Observation<'_> {
@@ -57,21 +53,9 @@ fn check(calls: Vec<&str>, thresholds: DetectorThresholds, expected: &[usize]) {
 
 #[test]
 fn fires_only_with_enough_history() {
-    check(
-        [repeat("A", 9), vec!["B"]].concat(),
-        thresholds(10, 100),
-        &[],
-    );
-    check(
-        [repeat("A", 10), vec!["B"]].concat(),
-        thresholds(10, 100),
-        &[10],
-    );
-    check(
-        [repeat("A", 2), vec!["B"]].concat(),
-        thresholds(2, 10),
-        &[2],
-    );
+    check([repeat("A", 9), vec!["B"]].concat(), thresholds(10, 100), &[]);
+    check([repeat("A", 10), vec!["B"]].concat(), thresholds(10, 100), &[10]);
+    check([repeat("A", 2), vec!["B"]].concat(), thresholds(2, 10), &[2]);
 }
 
 #[test]
@@ -80,11 +64,7 @@ fn two_thirds_exactly_counts_and_is_checked_before_insertion() {
     check(vec!["A", "A", "X", "B"], thresholds(3, 10), &[3]);
     // 19 A and 10 X: 19/29 < 2/3, no fire; one more A: 20/30 fires.
     let mut calls = [repeat("A", 19), repeat("X", 10)].concat();
-    check(
-        [calls.clone(), vec!["B"]].concat(),
-        thresholds(10, 100),
-        &(19..29).collect::<Vec<_>>(),
-    );
+    check([calls.clone(), vec!["B"]].concat(), thresholds(10, 100), &(19..29).collect::<Vec<_>>());
     calls.push("A");
     let fired = fires(&[calls.clone(), vec!["B"]].concat(), &thresholds(10, 100));
     assert_eq!(fired.last(), Some(&30));
@@ -99,14 +79,7 @@ fn a_persistent_new_shape_becomes_the_baseline_by_itself() {
 
 #[test]
 fn inconclusive_and_failed_calls_take_no_slot() {
-    let calls = [
-        repeat("A", 5),
-        repeat("?", 50),
-        repeat("!", 50),
-        repeat("A", 5),
-        vec!["B"],
-    ]
-    .concat();
+    let calls = [repeat("A", 5), repeat("?", 50), repeat("!", 50), repeat("A", 5), vec!["B"]].concat();
     check(calls, thresholds(10, 10), &[110]);
 }
 
@@ -122,14 +95,8 @@ fn the_window_slides() {
 #[test]
 fn the_project_byte_cap_applies_to_fingerprinted_records() {
     let mut state = ToolShapeState::default();
-    let capped = DetectorThresholds {
-        tool_return_value_max_bytes: 9,
-        ..thresholds(2, 10)
-    };
-    let big = Observation {
-        compact_bytes: Some(10),
-        ..success("A")
-    };
+    let capped = DetectorThresholds { tool_return_value_max_bytes: 9, ..thresholds(2, 10) };
+    let big = Observation { compact_bytes: Some(10), ..success("A") };
     assert!(state.observe(big, &capped).is_none());
     assert_eq!(state.telemetry.oversized, 1);
     assert_eq!(state.telemetry.fingerprinted, 0);
@@ -141,21 +108,10 @@ fn telemetry_counts_every_outcome() {
     let mut state = ToolShapeState::default();
     let limits = thresholds(10, 100);
     for outcome in ShapeOutcome::ALL {
-        let status = if outcome == ShapeOutcome::NotSuccess {
-            CallStatus::Error
-        } else {
-            CallStatus::Success
-        };
+        let status =
+            if outcome == ShapeOutcome::NotSuccess { CallStatus::Error } else { CallStatus::Success };
         let shape = (outcome == ShapeOutcome::Fingerprinted).then_some("A");
-        state.observe(
-            Observation {
-                status,
-                outcome,
-                shape,
-                compact_bytes: Some(1),
-            },
-            &limits,
-        );
+        state.observe(Observation { status, outcome, shape, compact_bytes: Some(1) }, &limits);
     }
     let t = state.telemetry;
     assert_eq!(t.successful_calls, 6);
@@ -202,10 +158,7 @@ fn shrinking_the_window_drops_the_oldest() {
     }
     state.shrink_to(10);
     assert_eq!(state.window_counts(), vec![("B", 10)]);
-    assert_eq!(
-        state.status(&limits).to_string(),
-        format!("stable · {} · 100%", shape_hex8("B"))
-    );
+    assert_eq!(state.status(&limits).to_string(), format!("stable · {} · 100%", shape_hex8("B")));
 }
 
 #[test]
@@ -215,9 +168,7 @@ fn firing_carries_baseline_counts_and_ranking() {
     for _ in 0..12 {
         state.observe(success("{price:number}"), &limits);
     }
-    let firing = state
-        .observe(success("{currency:string,price:number}"), &limits)
-        .expect("fires");
+    let firing = state.observe(success("{currency:string,price:number}"), &limits).expect("fires");
     assert_eq!((firing.baseline_count, firing.window_size), (12, 12));
     assert_eq!(firing.baseline_shape, "{price:number}");
     assert_eq!(firing.ranked.signal_ranking(), ShapeRanking::Compatible);
@@ -231,9 +182,7 @@ fn state_is_compact_and_round_trips() {
     let b = r#"{"id":"x","items":[],"total":10,"currency":"USD"}"#;
     for i in 0..250 {
         let json = if i % 5 == 0 { b } else { a };
-        let shape = crate::shape::fingerprint(json.as_bytes(), 8192)
-            .shape
-            .expect("shape");
+        let shape = crate::shape::fingerprint(json.as_bytes(), 8192).shape.expect("shape");
         state.observe(success(&shape), &limits);
     }
     assert_eq!(state.window_size(), 100);
@@ -272,16 +221,10 @@ fn signal_is_addressed_deterministically() {
         window_size: 10,
         ranked: rank("{temp:number}", "{temp:string}"),
     };
-    let position = driftline_schemas::InputPosition {
-        partition: 0,
-        offset: 7,
-    };
+    let position = driftline_schemas::InputPosition { partition: 0, offset: 7 };
     let first = signal(&record, position, firing.clone());
     assert_eq!(first, signal(&record, position, firing));
-    assert_eq!(
-        first.fingerprint,
-        format!("tool_schema_drift:weather:{}", shape_hex8("{temp:string}"))
-    );
+    assert_eq!(first.fingerprint, format!("tool_schema_drift:weather:{}", shape_hex8("{temp:string}")));
     assert_eq!(first.detected_at.to_string(), "2026-01-01T00:00:01.000Z");
     assert_eq!(first.reasons[0].to_string(), "temp: number -> string");
 }
