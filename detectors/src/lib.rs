@@ -5,3 +5,4 @@
 
 pub mod shape;
 pub mod shape_drift;
+pub mod tool_drift;

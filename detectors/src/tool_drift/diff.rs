@@ -1,0 +1,941 @@
+//! The structural, direction-aware diff of two tool lists (DESIGN.md §5 "Change kinds").
+//!
+//! Every difference between the normalised lists is reported: by its specific kind where the table has
+//! one, otherwise as `schema_changed` (WARNING) at the deepest schema that differs. So a changed
+//! `schema_hash` always comes with at least one change.
+
+use std::collections::BTreeSet;
+
+use driftline_schemas::{ChangeType, Classification, Direction, SchemaChange, SecurityFlag, Severity};
+use serde_json::{json, Map, Value};
+
+use super::canonical::{canonical_json, definition_hash, normalize_tools, NormalTool};
+use super::classify::classify;
+use super::security::{self, review_text, TextContext, FREE_TEXT_PARAMETERS};
+
+/// Diffs two declared tool lists: what changed from `old` (the accepted baseline) to `new`.
+pub fn diff_tools(old: &[Value], new: &[Value]) -> Vec<SchemaChange> {
+    diff_normal(&normalize_tools(old), &normalize_tools(new))
+}
+
+pub fn diff_normal(old: &[NormalTool], new: &[NormalTool]) -> Vec<SchemaChange> {
+    let tool_names: Vec<String> = new.iter().map(|t| t.name.clone()).collect();
+    let find = |list: &'_ [NormalTool], name: &str| list.iter().position(|t| t.name == name);
+    let removed: Vec<&NormalTool> = old.iter().filter(|t| find(new, &t.name).is_none()).collect();
+    let mut added: Vec<&NormalTool> = new.iter().filter(|t| find(old, &t.name).is_none()).collect();
+
+    // A removed tool whose whole definition reappears under a new name was renamed.
+    let mut renames: Vec<(&NormalTool, &NormalTool)> = Vec::new();
+    for gone in &removed {
+        let hash = definition_hash(gone);
+        if let Some(index) = added.iter().position(|t| definition_hash(t) == hash) {
+            renames.push((gone, added.remove(index)));
+        }
+    }
+
+    let mut changes = Vec::new();
+    let names: BTreeSet<&str> = old.iter().chain(new).map(|t| t.name.as_str()).collect();
+    for name in names {
+        let mut differ = ToolDiffer { tool: name, tool_names: &tool_names, changes: &mut changes };
+        match (find(old, name).map(|i| &old[i]), find(new, name).map(|i| &new[i])) {
+            (Some(before), Some(after)) => differ.tool(&before.definition, &after.definition),
+            (Some(_), None) => match renames.iter().find(|(gone, _)| gone.name == name) {
+                Some((_, renamed)) => differ.emit(
+                    ChangeType::ToolRenamed,
+                    None,
+                    &Path::root(),
+                    json!(name),
+                    json!(renamed.name),
+                    vec![],
+                ),
+                None => differ.emit(
+                    ChangeType::ToolRemoved,
+                    None,
+                    &Path::root(),
+                    json!(name),
+                    Value::Null,
+                    vec![],
+                ),
+            },
+            (None, Some(after)) if added.iter().any(|t| t.name == name) => {
+                let flags = review_tool(after, &tool_names);
+                differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
+            }
+            _ => {} // the new name of a renamed tool: reported with its old name
+        }
+    }
+    changes
+}
+
+/// First-sight review of a tool: every model-visible text in it.
+pub fn review_tool(tool: &NormalTool, tool_names: &[String]) -> Vec<SecurityFlag> {
+    let context = TextContext { previous: None, own_tool: &tool.name, tool_names };
+    let mut flags = Vec::new();
+    let mut texts: Vec<&str> = ["description", "title"]
+        .iter()
+        .filter_map(|key| tool.definition.get(*key).and_then(Value::as_str))
+        .collect();
+    if let Some(title) =
+        tool.definition.get("annotations").and_then(|a| a.get("title")).and_then(Value::as_str)
+    {
+        texts.push(title);
+    }
+    for key in ["inputSchema", "outputSchema"] {
+        if let Some(schema) = tool.definition.get(key) {
+            collect_schema_texts(schema, &mut texts);
+        }
+    }
+    for text in texts {
+        flags.extend(review_text(text, context));
+    }
+    flags
+}
+
+fn collect_schema_texts<'a>(schema: &'a Value, texts: &mut Vec<&'a str>) {
+    let Some(object) = schema.as_object() else { return };
+    for key in ["description", "title"] {
+        if let Some(text) = object.get(key).and_then(Value::as_str) {
+            texts.push(text);
+        }
+    }
+    if let Some(properties) = object.get("properties").and_then(Value::as_object) {
+        for property in properties.values() {
+            collect_schema_texts(property, texts);
+        }
+    }
+    if let Some(items) = object.get("items") {
+        collect_schema_texts(items, texts);
+    }
+}
+
+/// A location inside a tool: `filters.date_from`, `rows[]`, `meta.*` (additional properties).
+#[derive(Debug, Clone, Default)]
+struct Path {
+    segments: Vec<Segment>,
+}
+
+#[derive(Debug, Clone)]
+enum Segment {
+    Property(String),
+    Items,
+    AdditionalProperties,
+    Field(&'static str),
+}
+
+impl Path {
+    fn root() -> Self {
+        Path::default()
+    }
+
+    fn join(&self, segment: Segment) -> Path {
+        let mut segments = self.segments.clone();
+        segments.push(segment);
+        Path { segments }
+    }
+
+    fn param_name(&self) -> Option<String> {
+        match self.segments.first() {
+            Some(Segment::Property(name)) => Some(name.clone()),
+            _ => None,
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for segment in &self.segments {
+            match segment {
+                Segment::Items => out.push_str("[]"),
+                Segment::Property(name) => push_dotted(&mut out, name),
+                Segment::AdditionalProperties => push_dotted(&mut out, "*"),
+                Segment::Field(name) => push_dotted(&mut out, name),
+            }
+        }
+        out
+    }
+}
+
+fn push_dotted(out: &mut String, name: &str) {
+    if !out.is_empty() {
+        out.push('.');
+    }
+    out.push_str(name);
+}
+
+/// Keywords with a rule of their own; every other keyword that differs is `schema_changed`.
+const HANDLED_KEYWORDS: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "oneOf",
+    "multipleOf",
+    "uniqueItems",
+    "pattern",
+    "format",
+    "default",
+    "description",
+    "title",
+    "minimum",
+    "exclusiveMinimum",
+    "minLength",
+    "minItems",
+    "minProperties",
+    "minContains",
+    "maximum",
+    "exclusiveMaximum",
+    "maxLength",
+    "maxItems",
+    "maxProperties",
+    "maxContains",
+];
+const LOWER_BOUNDS: &[&str] =
+    &["minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"];
+const UPPER_BOUNDS: &[&str] =
+    &["maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"];
+const TOOL_FIELDS: &[&str] = &["description", "title", "annotations", "inputSchema", "outputSchema"];
+
+struct ToolDiffer<'a> {
+    tool: &'a str,
+    tool_names: &'a [String],
+    changes: &'a mut Vec<SchemaChange>,
+}
+
+impl ToolDiffer<'_> {
+    fn emit(
+        &mut self,
+        change_type: ChangeType,
+        direction: Option<Direction>,
+        path: &Path,
+        before: Value,
+        after: Value,
+        security_flags: Vec<SecurityFlag>,
+    ) {
+        self.changes.push(SchemaChange {
+            change_type,
+            classification: classify(change_type, direction),
+            tool_name: self.tool.to_owned(),
+            param_name: path.param_name(),
+            path: path.render(),
+            direction,
+            before,
+            after,
+            security_flags,
+        });
+    }
+
+    fn review(&self, new: Option<&Value>, old: Option<&Value>) -> Vec<SecurityFlag> {
+        let Some(text) = new.and_then(Value::as_str) else { return Vec::new() };
+        let context = TextContext {
+            previous: old.and_then(Value::as_str),
+            own_tool: self.tool,
+            tool_names: self.tool_names,
+        };
+        review_text(text, context)
+    }
+
+    fn tool(&mut self, old: &Map<String, Value>, new: &Map<String, Value>) {
+        let start = self.changes.len();
+        let root = Path::root();
+        for (key, kind) in
+            [("description", ChangeType::DescriptionChanged), ("title", ChangeType::TitleChanged)]
+        {
+            let (before, after) = (old.get(key), new.get(key));
+            if before != after {
+                let flags = self.review(after, before);
+                self.emit(kind, None, &root, or_null(before), or_null(after), flags);
+            }
+        }
+        self.annotations(old.get("annotations"), new.get("annotations"));
+        let empty = Value::Object(Map::new());
+        let input = (old.get("inputSchema").unwrap_or(&empty), new.get("inputSchema").unwrap_or(&empty));
+        self.schema(input.0, input.1, Direction::Input, &root);
+        match (old.get("outputSchema"), new.get("outputSchema")) {
+            (None, Some(_)) => self.emit(
+                ChangeType::OutputSchemaAdded,
+                Some(Direction::Output),
+                &root,
+                Value::Null,
+                Value::Null,
+                vec![],
+            ),
+            (Some(_), None) => self.emit(
+                ChangeType::OutputSchemaRemoved,
+                Some(Direction::Output),
+                &root,
+                Value::Null,
+                Value::Null,
+                vec![],
+            ),
+            (Some(before), Some(after)) => self.schema(before, after, Direction::Output, &root),
+            (None, None) => {}
+        }
+        let others: BTreeSet<&String> =
+            old.keys().chain(new.keys()).filter(|k| !TOOL_FIELDS.contains(&k.as_str())).collect();
+        for key in others {
+            if differs(old.get(key), new.get(key)) {
+                let path = Path::root();
+                self.emit(
+                    ChangeType::SchemaChanged,
+                    None,
+                    &path,
+                    keyword(key, old.get(key)),
+                    keyword(key, new.get(key)),
+                    vec![],
+                );
+            }
+        }
+        self.flag_exfiltration_parameter(start);
+        if self.changes.len() == start && differs_map(old, new) {
+            self.emit(ChangeType::SchemaChanged, None, &root, Value::Null, Value::Null, vec![]);
+        }
+    }
+
+    /// A new free-text parameter (note, context, …) arriving with a rewritten description is how a
+    /// poisoned tool asks the model to hand over what it knows.
+    fn flag_exfiltration_parameter(&mut self, start: usize) {
+        let changes = &mut self.changes[start..];
+        if !changes.iter().any(|c| c.change_type == ChangeType::DescriptionChanged) {
+            return;
+        }
+        for change in changes.iter_mut() {
+            let added =
+                matches!(change.change_type, ChangeType::OptionalParamAdded | ChangeType::RequiredParamAdded);
+            let top_level = change.direction == Some(Direction::Input) && !change.path.contains(['.', '[']);
+            let free_text = match change.after.get("type") {
+                None | Some(Value::Null) => true,
+                Some(Value::String(t)) => t == "string",
+                Some(_) => false,
+            };
+            let named = FREE_TEXT_PARAMETERS.contains(&change.path.to_lowercase().as_str());
+            if added && top_level && free_text && named {
+                let excerpt = format!("new parameter `{}` added with a description change", change.path);
+                change.security_flags.push(SecurityFlag {
+                    rule: security::EXFILTRATION_PARAMETER.to_owned(),
+                    severity: Severity::High,
+                    excerpt,
+                });
+            }
+        }
+    }
+
+    fn annotations(&mut self, old: Option<&Value>, new: Option<&Value>) {
+        let empty = Map::new();
+        let base = Path::root().join(Segment::Field("annotations"));
+        let (old_map, new_map) = match (old, new) {
+            (None | Some(Value::Object(_)), None | Some(Value::Object(_))) => (
+                old.and_then(Value::as_object).unwrap_or(&empty),
+                new.and_then(Value::as_object).unwrap_or(&empty),
+            ),
+            _ => {
+                if old != new {
+                    self.emit(
+                        ChangeType::AnnotationsChanged,
+                        None,
+                        &base,
+                        or_null(old),
+                        or_null(new),
+                        vec![],
+                    );
+                }
+                return;
+            }
+        };
+        let mut risk = annotation_risk(old_map, new_map);
+        let keys: BTreeSet<&String> = old_map.keys().chain(new_map.keys()).collect();
+        for key in keys {
+            let (before, after) = (old_map.get(key), new_map.get(key));
+            if before != after {
+                let mut flags = if key == "title" { self.review(after, before) } else { Vec::new() };
+                flags.append(&mut risk);
+                let path = base.join(Segment::Property(key.clone()));
+                self.emit(
+                    ChangeType::AnnotationsChanged,
+                    None,
+                    &path,
+                    or_null(before),
+                    or_null(after),
+                    flags,
+                );
+            }
+        }
+    }
+
+    fn change(
+        &self,
+        change_type: ChangeType,
+        direction: Option<Direction>,
+        path: &Path,
+        before: Value,
+        after: Value,
+        security_flags: Vec<SecurityFlag>,
+    ) -> SchemaChange {
+        SchemaChange {
+            change_type,
+            classification: classify(change_type, direction),
+            tool_name: self.tool.to_owned(),
+            param_name: path.param_name(),
+            path: path.render(),
+            direction,
+            before,
+            after,
+            security_flags,
+        }
+    }
+
+    /// Diffs two schemas at `path`; if no rule found a difference but they differ, says so.
+    fn schema(&mut self, old: &Value, new: &Value, direction: Direction, path: &Path) {
+        let start = self.changes.len();
+        if let (Some(old_map), Some(new_map)) = (old.as_object(), new.as_object()) {
+            self.schema_object(old_map, new_map, direction, path);
+        }
+        if self.changes.len() == start && differs(Some(old), Some(new)) {
+            self.emit(ChangeType::SchemaChanged, Some(direction), path, old.clone(), new.clone(), vec![]);
+        }
+    }
+
+    fn schema_object(
+        &mut self,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        dir: Direction,
+        path: &Path,
+    ) {
+        self.types(old, new, dir, path);
+        self.enums(old, new, dir, path);
+        self.constant(old, new, dir, path);
+        self.properties(old, new, dir, path);
+        self.additional_properties(old, new, dir, path);
+        self.items(old, new, dir, path);
+        for keyword in ["anyOf", "oneOf"] {
+            self.branches(keyword, old, new, dir, path);
+        }
+        self.bounds(old, new, dir, path);
+        self.multiple_of(old, new, dir, path);
+        self.unique_items(old, new, dir, path);
+        self.pattern(old, new, dir, path);
+        for (key, kind) in [("format", ChangeType::FormatChanged), ("default", ChangeType::DefaultChanged)] {
+            if differs(old.get(key), new.get(key)) {
+                self.emit(kind, Some(dir), path, or_null(old.get(key)), or_null(new.get(key)), vec![]);
+            }
+        }
+        for (key, kind) in
+            [("description", ChangeType::ParamDescriptionChanged), ("title", ChangeType::TitleChanged)]
+        {
+            let (before, after) = (old.get(key), new.get(key));
+            if before != after {
+                let flags = self.review(after, before);
+                self.emit(kind, Some(dir), path, or_null(before), or_null(after), flags);
+            }
+        }
+        let others: BTreeSet<&String> =
+            old.keys().chain(new.keys()).filter(|k| !HANDLED_KEYWORDS.contains(&k.as_str())).collect();
+        for key in others {
+            if differs(old.get(key), new.get(key)) {
+                self.emit(
+                    ChangeType::SchemaChanged,
+                    Some(dir),
+                    path,
+                    keyword(key, old.get(key)),
+                    keyword(key, new.get(key)),
+                    vec![],
+                );
+            }
+        }
+    }
+
+    fn types(&mut self, old: &Map<String, Value>, new: &Map<String, Value>, dir: Direction, path: &Path) {
+        let (before, after) = (declared_types(old), declared_types(new));
+        let kind = match (&before, &after) {
+            (Types::Unreadable | Types::Branches, _) | (_, Types::Unreadable | Types::Branches) => return,
+            (a, b) if a == b => return,
+            (Types::Any, _) => ChangeType::ParamTypeNarrowed,
+            (_, Types::Any) => ChangeType::ParamTypeWidened,
+            (Types::Set(a, _), Types::Set(b, _)) => match (covers(b, a), covers(a, b)) {
+                (true, false) => ChangeType::ParamTypeWidened,
+                (false, true) => ChangeType::ParamTypeNarrowed,
+                _ => ChangeType::ParamTypeChanged,
+            },
+        };
+        self.emit(kind, Some(dir), path, before.raw(), after.raw(), vec![]);
+    }
+
+    fn enums(&mut self, old: &Map<String, Value>, new: &Map<String, Value>, dir: Direction, path: &Path) {
+        match (old.get("enum").and_then(Value::as_array), new.get("enum").and_then(Value::as_array)) {
+            (None, Some(values)) => {
+                self.emit(ChangeType::EnumAdded, Some(dir), path, Value::Null, json!(values), vec![])
+            }
+            (Some(values), None) => {
+                self.emit(ChangeType::EnumRemoved, Some(dir), path, json!(values), Value::Null, vec![])
+            }
+            (Some(before), Some(after)) => {
+                for gone in missing_from(before, after) {
+                    self.emit(
+                        ChangeType::EnumValueRemoved,
+                        Some(dir),
+                        path,
+                        gone.clone(),
+                        Value::Null,
+                        vec![],
+                    );
+                }
+                for came in missing_from(after, before) {
+                    self.emit(ChangeType::EnumValueAdded, Some(dir), path, Value::Null, came.clone(), vec![]);
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn constant(&mut self, old: &Map<String, Value>, new: &Map<String, Value>, dir: Direction, path: &Path) {
+        let (before, after) = (old.get("const"), new.get("const"));
+        let kind = match (before, after) {
+            (None, Some(_)) => ChangeType::ConstraintTightened,
+            (Some(_), None) => ChangeType::ConstraintRelaxed,
+            // Another constant both tightens and relaxes: name it by the side that breaks this direction.
+            (Some(_), Some(_)) if differs(before, after) => tightened_and_relaxed(dir),
+            _ => return,
+        };
+        self.emit(kind, Some(dir), path, keyword("const", before), keyword("const", after), vec![]);
+    }
+
+    fn properties(
+        &mut self,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        dir: Direction,
+        path: &Path,
+    ) {
+        let empty = Map::new();
+        let old_props = old.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+        let new_props = new.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+        let (old_required, new_required) = (required_names(old), required_names(new));
+        let names: BTreeSet<&str> = old_props
+            .keys()
+            .chain(new_props.keys())
+            .map(String::as_str)
+            .chain(old_required.iter().copied())
+            .chain(new_required.iter().copied())
+            .collect();
+        let closed = new.get("additionalProperties") == Some(&Value::Bool(false));
+        let blank = Value::Object(Map::new());
+        for name in names {
+            let child = path.join(Segment::Property(name.to_owned()));
+            let (was_required, is_required) = (old_required.contains(name), new_required.contains(name));
+            let before = old_props.get(name).or(was_required.then_some(&blank));
+            let after = new_props.get(name).or(is_required.then_some(&blank));
+            match (before, after) {
+                (None, Some(schema)) => {
+                    let kind = if is_required {
+                        ChangeType::RequiredParamAdded
+                    } else {
+                        ChangeType::OptionalParamAdded
+                    };
+                    let texts = {
+                        let mut texts = Vec::new();
+                        collect_schema_texts(schema, &mut texts);
+                        texts
+                    };
+                    let flags = texts.into_iter().flat_map(|t| self.review(Some(&json!(t)), None)).collect();
+                    self.emit(
+                        kind,
+                        Some(dir),
+                        &child,
+                        Value::Null,
+                        param_summary(schema, is_required),
+                        flags,
+                    );
+                }
+                (Some(schema), None) => {
+                    let kind = if was_required {
+                        ChangeType::RequiredParamRemoved
+                    } else {
+                        ChangeType::ParamRemoved
+                    };
+                    let mut change = self.change(
+                        kind,
+                        Some(dir),
+                        &child,
+                        param_summary(schema, was_required),
+                        Value::Null,
+                        vec![],
+                    );
+                    if kind == ChangeType::ParamRemoved && dir == Direction::Input && closed {
+                        // Sending the old parameter is now an error: the schema forbids unknown properties.
+                        change.classification = Classification::Breaking;
+                    }
+                    self.changes.push(change);
+                }
+                (Some(before), Some(after)) => {
+                    if was_required != is_required {
+                        let kind = if is_required {
+                            ChangeType::ParamBecameRequired
+                        } else {
+                            ChangeType::ParamBecameOptional
+                        };
+                        let flags = vec![];
+                        self.emit(
+                            kind,
+                            Some(dir),
+                            &child,
+                            json!({"required": was_required}),
+                            json!({"required": is_required}),
+                            flags,
+                        );
+                    }
+                    self.schema(before, after, dir, &child);
+                }
+                (None, None) => {}
+            }
+        }
+    }
+
+    fn additional_properties(
+        &mut self,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        dir: Direction,
+        path: &Path,
+    ) {
+        let (before, after) = (old.get("additionalProperties"), new.get("additionalProperties"));
+        let kind = match (openness(before), openness(after)) {
+            (Openness::Schema(a), Openness::Schema(b)) => {
+                return self.schema(a, b, dir, &path.join(Segment::AdditionalProperties));
+            }
+            (Openness::Unreadable, _) | (_, Openness::Unreadable) => return,
+            (a, b) if a.rank() == b.rank() => return,
+            (a, b) if b.rank() > a.rank() => ChangeType::ConstraintTightened,
+            _ => ChangeType::ConstraintRelaxed,
+        };
+        let key = "additionalProperties";
+        self.emit(kind, Some(dir), path, keyword(key, before), keyword(key, after), vec![]);
+    }
+
+    fn items(&mut self, old: &Map<String, Value>, new: &Map<String, Value>, dir: Direction, path: &Path) {
+        match (old.get("items"), new.get("items")) {
+            (Some(a @ Value::Object(_)), Some(b @ Value::Object(_))) => {
+                self.schema(a, b, dir, &path.join(Segment::Items))
+            }
+            (None, Some(Value::Object(_))) => self.emit(
+                ChangeType::ConstraintTightened,
+                Some(dir),
+                path,
+                keyword("items", None),
+                keyword("items", new.get("items")),
+                vec![],
+            ),
+            (Some(Value::Object(_)), None) => self.emit(
+                ChangeType::ConstraintRelaxed,
+                Some(dir),
+                path,
+                keyword("items", old.get("items")),
+                keyword("items", None),
+                vec![],
+            ),
+            _ => {} // tuple forms and boolean schemas: covered by the fallback
+        }
+    }
+
+    /// anyOf / oneOf: a branch removed tightens, a branch added relaxes. A union of bare types is read
+    /// as a type list by [`Self::types`] instead.
+    fn branches(
+        &mut self,
+        key: &str,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        dir: Direction,
+        path: &Path,
+    ) {
+        let (before, after) = (old.get(key), new.get(key));
+        let plain = |side: Option<&Value>| side.is_none() || type_union(side).is_some();
+        if plain(before) && plain(after) {
+            return;
+        }
+        match (before.and_then(Value::as_array), after.and_then(Value::as_array)) {
+            (None, Some(_)) => self.emit(
+                ChangeType::ConstraintTightened,
+                Some(dir),
+                path,
+                keyword(key, None),
+                keyword(key, after),
+                vec![],
+            ),
+            (Some(_), None) => self.emit(
+                ChangeType::ConstraintRelaxed,
+                Some(dir),
+                path,
+                keyword(key, before),
+                keyword(key, None),
+                vec![],
+            ),
+            (Some(a), Some(b)) => {
+                for gone in missing_from(a, b) {
+                    self.emit(
+                        ChangeType::ConstraintTightened,
+                        Some(dir),
+                        path,
+                        json!({ key: [gone] }),
+                        Value::Null,
+                        vec![],
+                    );
+                }
+                for came in missing_from(b, a) {
+                    self.emit(
+                        ChangeType::ConstraintRelaxed,
+                        Some(dir),
+                        path,
+                        Value::Null,
+                        json!({ key: [came] }),
+                        vec![],
+                    );
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn bounds(&mut self, old: &Map<String, Value>, new: &Map<String, Value>, dir: Direction, path: &Path) {
+        for (keys, lower) in [(LOWER_BOUNDS, true), (UPPER_BOUNDS, false)] {
+            for key in keys.iter().copied() {
+                let (before, after) = (old.get(key), new.get(key));
+                let tightened = match (before.map(Value::as_f64), after.map(Value::as_f64)) {
+                    (None, None) => continue,
+                    (None, Some(Some(_))) => true,
+                    (Some(Some(_)), None) => false,
+                    (Some(Some(a)), Some(Some(b))) if a != b => (b > a) == lower,
+                    _ => continue, // equal, or not a number (draft-4 boolean exclusives): the fallback reports it
+                };
+                let kind =
+                    if tightened { ChangeType::ConstraintTightened } else { ChangeType::ConstraintRelaxed };
+                self.emit(kind, Some(dir), path, keyword(key, before), keyword(key, after), vec![]);
+            }
+        }
+    }
+
+    fn multiple_of(
+        &mut self,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        dir: Direction,
+        path: &Path,
+    ) {
+        let (before, after) = (old.get("multipleOf"), new.get("multipleOf"));
+        let kind = match (before.and_then(Value::as_f64), after.and_then(Value::as_f64)) {
+            (None, Some(_)) => ChangeType::ConstraintTightened,
+            (Some(_), None) => ChangeType::ConstraintRelaxed,
+            (Some(a), Some(b)) if a != b && a != 0.0 && b != 0.0 => {
+                if (b / a).fract() == 0.0 {
+                    ChangeType::ConstraintTightened
+                } else if (a / b).fract() == 0.0 {
+                    ChangeType::ConstraintRelaxed
+                } else {
+                    tightened_and_relaxed(dir)
+                }
+            }
+            _ => return,
+        };
+        self.emit(kind, Some(dir), path, keyword("multipleOf", before), keyword("multipleOf", after), vec![]);
+    }
+
+    fn unique_items(
+        &mut self,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        dir: Direction,
+        path: &Path,
+    ) {
+        let unique =
+            |schema: &Map<String, Value>| schema.get("uniqueItems").and_then(Value::as_bool).unwrap_or(false);
+        let kind = match (unique(old), unique(new)) {
+            (false, true) => ChangeType::ConstraintTightened,
+            (true, false) => ChangeType::ConstraintRelaxed,
+            _ => return,
+        };
+        let key = "uniqueItems";
+        self.emit(kind, Some(dir), path, keyword(key, old.get(key)), keyword(key, new.get(key)), vec![]);
+    }
+
+    fn pattern(&mut self, old: &Map<String, Value>, new: &Map<String, Value>, dir: Direction, path: &Path) {
+        let (before, after) = (old.get("pattern"), new.get("pattern"));
+        let kind = match (before, after) {
+            (None, Some(_)) => ChangeType::ConstraintTightened,
+            (Some(_), None) => ChangeType::ConstraintRelaxed,
+            (Some(a), Some(b)) if a != b => ChangeType::PatternChanged,
+            _ => return,
+        };
+        self.emit(kind, Some(dir), path, or_null(before), or_null(after), vec![]);
+    }
+}
+
+/// Effective annotation hints (MCP defaults: readOnlyHint false, destructiveHint true unless read-only);
+/// a move toward risk is flagged.
+fn annotation_risk(old: &Map<String, Value>, new: &Map<String, Value>) -> Vec<SecurityFlag> {
+    let read_only = |a: &Map<String, Value>| a.get("readOnlyHint").and_then(Value::as_bool).unwrap_or(false);
+    let destructive = |a: &Map<String, Value>| {
+        !read_only(a) && a.get("destructiveHint").and_then(Value::as_bool).unwrap_or(true)
+    };
+    let mut flags = Vec::new();
+    let mut risk = |excerpt: &str| {
+        flags.push(SecurityFlag {
+            rule: security::ANNOTATION_RISK.to_owned(),
+            severity: Severity::Medium,
+            excerpt: excerpt.to_owned(),
+        })
+    };
+    if read_only(old) && !read_only(new) {
+        risk("readOnlyHint: true -> false");
+    }
+    if !destructive(old) && destructive(new) {
+        risk("destructiveHint: false -> true");
+    }
+    flags
+}
+
+#[derive(Debug, PartialEq)]
+enum Types {
+    /// No type constraint.
+    Any,
+    /// The allowed types, and the value as written (for before/after).
+    Set(BTreeSet<String>, Value),
+    /// A `type` that is neither a string nor a list of strings: diffed by the fallback.
+    Unreadable,
+    /// No `type`, but anyOf/oneOf branches that are more than bare types: diffed as branches.
+    Branches,
+}
+
+impl Types {
+    fn raw(&self) -> Value {
+        match self {
+            Types::Set(_, raw) => raw.clone(),
+            _ => Value::Null,
+        }
+    }
+}
+
+fn declared_types(schema: &Map<String, Value>) -> Types {
+    match schema.get("type") {
+        Some(Value::String(t)) => Types::Set(BTreeSet::from([t.clone()]), json!(t)),
+        Some(Value::Array(items)) => match items.iter().map(|t| t.as_str().map(String::from)).collect() {
+            Some(set) => Types::Set(set, Value::Array(items.clone())),
+            None => Types::Unreadable,
+        },
+        Some(_) => Types::Unreadable,
+        None => {
+            let union = ["anyOf", "oneOf"].iter().find_map(|k| type_union(schema.get(*k)));
+            match union {
+                Some(set) => {
+                    let raw = Value::Array(set.iter().map(|t| json!(t)).collect());
+                    Types::Set(set, raw)
+                }
+                None if schema.contains_key("anyOf") || schema.contains_key("oneOf") => Types::Branches,
+                None => Types::Any,
+            }
+        }
+    }
+}
+
+/// `anyOf: [{"type": "string"}, {"type": "null"}]` is a type list written long-hand.
+fn type_union(branches: Option<&Value>) -> Option<BTreeSet<String>> {
+    let branches = branches?.as_array()?;
+    let mut set = BTreeSet::new();
+    for branch in branches {
+        let object = branch.as_object()?;
+        if object.len() != 1 {
+            return None;
+        }
+        match object.get("type")? {
+            Value::String(t) => {
+                set.insert(t.clone());
+            }
+            Value::Array(items) => {
+                for t in items {
+                    set.insert(t.as_str()?.to_owned());
+                }
+            }
+            _ => return None,
+        }
+    }
+    (!set.is_empty()).then_some(set)
+}
+
+/// Whether every value of type set `b` is allowed by type set `a` (a number accepts an integer).
+fn covers(a: &BTreeSet<String>, b: &BTreeSet<String>) -> bool {
+    b.iter().all(|t| a.contains(t) || (t == "integer" && a.contains("number")))
+}
+
+#[derive(Debug)]
+enum Openness<'a> {
+    Open,
+    Schema(&'a Value),
+    Closed,
+    Unreadable,
+}
+
+impl Openness<'_> {
+    /// How much an object may hold beyond its declared properties: more is looser.
+    fn rank(&self) -> u8 {
+        match self {
+            Openness::Open => 0,
+            Openness::Schema(_) => 1,
+            Openness::Closed => 2,
+            Openness::Unreadable => 3,
+        }
+    }
+}
+
+fn openness(value: Option<&Value>) -> Openness<'_> {
+    match value {
+        None | Some(Value::Bool(true)) => Openness::Open,
+        Some(Value::Bool(false)) => Openness::Closed,
+        Some(schema @ Value::Object(_)) => Openness::Schema(schema),
+        Some(_) => Openness::Unreadable,
+    }
+}
+
+fn tightened_and_relaxed(dir: Direction) -> ChangeType {
+    match dir {
+        Direction::Input => ChangeType::ConstraintTightened,
+        Direction::Output => ChangeType::ConstraintRelaxed,
+    }
+}
+
+fn required_names(schema: &Map<String, Value>) -> BTreeSet<&str> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+fn param_summary(schema: &Value, required: bool) -> Value {
+    json!({"type": schema.get("type").cloned().unwrap_or(Value::Null), "required": required})
+}
+
+fn missing_from<'a>(values: &'a [Value], other: &[Value]) -> Vec<&'a Value> {
+    let others: BTreeSet<String> = other.iter().map(canonical_json).collect();
+    values.iter().filter(|v| !others.contains(&canonical_json(v))).collect()
+}
+
+fn or_null(value: Option<&Value>) -> Value {
+    value.cloned().unwrap_or(Value::Null)
+}
+
+fn keyword(key: &str, value: Option<&Value>) -> Value {
+    json!({ key: or_null(value) })
+}
+
+/// Whether two values differ canonically (`1` and `1.0` do not).
+fn differs(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a != b && canonical_json(a) != canonical_json(b),
+        (None, None) => false,
+        _ => true,
+    }
+}
+
+fn differs_map(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    differs(Some(&Value::Object(a.clone())), Some(&Value::Object(b.clone())))
+}

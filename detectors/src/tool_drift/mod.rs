@@ -1,0 +1,259 @@
+//! The tool-list drift detector of DESIGN.md §5, one state per `project/server`.
+
+mod canonical;
+mod classify;
+mod diff;
+pub mod security;
+
+use driftline_schemas::{
+    derive_id, Classification, EventStatus, InputPosition, OutputKind, SchemaChange, SchemaDriftEvent,
+    SecurityFlag, ServerStatus, Severity, Timestamp, ToolListSnapshot,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use canonical::{
+    canonical_json, definition_hash, normalize_schema, normalize_tools, schema_hash, NormalTool,
+};
+pub use classify::classify;
+pub use diff::{diff_normal, diff_tools, review_tool};
+
+/// Who accepts under the `auto` baseline policy.
+pub const AUTO_ACCEPTOR: &str = "auto";
+
+/// Short form of a hash, as people see it.
+pub fn short_hash(hash: &str) -> String {
+    hash.chars().take(8).collect()
+}
+
+/// What a project does with a new snapshot: wait for an operator, or accept it at once (recording its event).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BaselinePolicy {
+    #[default]
+    Manual,
+    Auto,
+}
+
+/// A tool list with its full hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HashedTools {
+    pub hash: String,
+    pub tools: Vec<Value>,
+}
+
+impl HashedTools {
+    pub fn new(tools: Vec<Value>) -> Self {
+        HashedTools { hash: schema_hash(&tools), tools }
+    }
+}
+
+/// Detector state for one server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerState {
+    /// The accepted baseline; `None` until the first snapshot.
+    pub baseline: Option<HashedTools>,
+    /// The newest snapshot, when it differs from the baseline (accepting makes it the baseline).
+    pub observed: Option<HashedTools>,
+    /// Ids of events still open, oldest first.
+    pub open_events: Vec<String>,
+    /// The newest snapshot brought a new event (under the auto policy the event is accepted at once, but
+    /// the server still reads DEGRADED until the next snapshot confirms the new list).
+    pub last_check_drifted: bool,
+    /// The last probe's failure, until a snapshot arrives.
+    pub down: Option<String>,
+}
+
+/// What the detector tells the rest of the system.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolListOutput {
+    /// The first snapshot of a server became its baseline; flags are the first-sight review of its tools.
+    BaselineEstablished {
+        hash: String,
+        tool_count: usize,
+        security_flags: Vec<(String, SecurityFlag)>,
+    },
+    DriftEvent(SchemaDriftEvent),
+    /// An open event was closed: `accepted` by an operator (or the auto policy), or `reverted` because
+    /// the server went back to its baseline.
+    EventClosed {
+        event_id: String,
+        status: EventStatus,
+        by: Option<String>,
+        at: Timestamp,
+    },
+    BaselineAccepted(BaselineAcceptance),
+}
+
+/// An audit record of a baseline change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineAcceptance {
+    pub id: String,
+    pub project: String,
+    pub server_name: String,
+    pub previous_hash: String,
+    pub new_hash: String,
+    pub accepted_by: String,
+    pub accepted_at: Timestamp,
+    pub event_ids: Vec<String>,
+}
+
+/// The record being processed: its key and position (for ids) and its ingest time (`detected_at`).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordContext<'a> {
+    pub project: &'a str,
+    pub server: &'a str,
+    pub position: InputPosition,
+    pub at: Timestamp,
+}
+
+impl RecordContext<'_> {
+    fn key(&self) -> String {
+        format!("{}/{}", self.project, self.server)
+    }
+}
+
+impl ServerState {
+    pub fn status(&self) -> ServerStatus {
+        match (&self.baseline, &self.down) {
+            (_, Some(_)) => ServerStatus::Down,
+            (None, None) => ServerStatus::Unknown,
+            _ if !self.open_events.is_empty() || self.last_check_drifted => ServerStatus::Degraded,
+            _ => ServerStatus::Up,
+        }
+    }
+
+    /// Applies one snapshot (DESIGN.md §5 lifecycle).
+    pub fn observe(
+        &mut self,
+        snapshot: &ToolListSnapshot,
+        context: RecordContext<'_>,
+        policy: BaselinePolicy,
+    ) -> Vec<ToolListOutput> {
+        self.down = None;
+        let current = HashedTools::new(snapshot.tools.clone());
+        let Some(baseline) = &self.baseline else {
+            let normal = normalize_tools(&current.tools);
+            let names: Vec<String> = normal.iter().map(|t| t.name.clone()).collect();
+            let security_flags = normal
+                .iter()
+                .flat_map(|tool| review_tool(tool, &names).into_iter().map(|flag| (tool.name.clone(), flag)))
+                .collect();
+            let output = ToolListOutput::BaselineEstablished {
+                hash: current.hash.clone(),
+                tool_count: normal.len(),
+                security_flags,
+            };
+            self.baseline = Some(current);
+            return vec![output];
+        };
+        if current.hash == baseline.hash {
+            self.observed = None;
+            self.last_check_drifted = false;
+            return self.close_open_events(EventStatus::Reverted, None, context.at);
+        }
+        if self.observed.as_ref().is_some_and(|seen| seen.hash == current.hash) {
+            return Vec::new(); // the same drift again: one event is enough
+        }
+        let event = drift_event(baseline, &current, context);
+        self.observed = Some(current);
+        self.last_check_drifted = true;
+        match policy {
+            BaselinePolicy::Manual => {
+                self.open_events.push(event.id.clone());
+                vec![ToolListOutput::DriftEvent(event)]
+            }
+            BaselinePolicy::Auto => {
+                let mut event = event;
+                self.open_events.push(event.id.clone());
+                let mut outputs = self.accept(AUTO_ACCEPTOR, context);
+                // The new event is recorded as accepted rather than opened and closed.
+                outputs.retain(
+                    |o| !matches!(o, ToolListOutput::EventClosed { event_id, .. } if *event_id == event.id),
+                );
+                event.status = EventStatus::Accepted;
+                event.accepted_by = Some(AUTO_ACCEPTOR.to_owned());
+                event.accepted_at = Some(context.at);
+                outputs.insert(0, ToolListOutput::DriftEvent(event));
+                // The baseline moved, but this check still saw drift.
+                self.last_check_drifted = true;
+                outputs
+            }
+        }
+    }
+
+    /// An operator accepts the newest snapshot as the baseline; open events become `accepted`. Nothing
+    /// happens (and nothing is returned) when there is nothing to accept.
+    pub fn accept(&mut self, by: &str, context: RecordContext<'_>) -> Vec<ToolListOutput> {
+        let (Some(baseline), Some(observed)) = (&self.baseline, self.observed.take()) else {
+            return Vec::new();
+        };
+        let acceptance = BaselineAcceptance {
+            id: derive_id(OutputKind::BaselineAcceptance, &context.key(), context.position),
+            project: context.project.to_owned(),
+            server_name: context.server.to_owned(),
+            previous_hash: short_hash(&baseline.hash),
+            new_hash: short_hash(&observed.hash),
+            accepted_by: by.to_owned(),
+            accepted_at: context.at,
+            event_ids: self.open_events.clone(),
+        };
+        self.baseline = Some(observed);
+        self.last_check_drifted = false;
+        let mut outputs = self.close_open_events(EventStatus::Accepted, Some(by), context.at);
+        outputs.push(ToolListOutput::BaselineAccepted(acceptance));
+        outputs
+    }
+
+    /// A probe could not reach the server.
+    pub fn probe_failed(&mut self, error: &str) {
+        self.down = Some(error.to_owned());
+    }
+
+    fn close_open_events(
+        &mut self,
+        status: EventStatus,
+        by: Option<&str>,
+        at: Timestamp,
+    ) -> Vec<ToolListOutput> {
+        self.open_events
+            .drain(..)
+            .map(|event_id| ToolListOutput::EventClosed { event_id, status, by: by.map(String::from), at })
+            .collect()
+    }
+}
+
+fn drift_event(
+    baseline: &HashedTools,
+    current: &HashedTools,
+    context: RecordContext<'_>,
+) -> SchemaDriftEvent {
+    let changes = diff_tools(&baseline.tools, &current.tools);
+    SchemaDriftEvent {
+        id: derive_id(OutputKind::SchemaDriftEvent, &context.key(), context.position),
+        project: context.project.to_owned(),
+        server_name: context.server.to_owned(),
+        detected_at: context.at,
+        previous_hash: short_hash(&baseline.hash),
+        current_hash: short_hash(&current.hash),
+        status: EventStatus::Open,
+        max_classification: max_classification(&changes),
+        max_severity: max_severity(&changes),
+        changes,
+        accepted_by: None,
+        accepted_at: None,
+        previous_tools: baseline.tools.clone(),
+        current_tools: current.tools.clone(),
+    }
+}
+
+pub fn max_classification(changes: &[SchemaChange]) -> Option<Classification> {
+    changes.iter().map(|c| c.classification).max()
+}
+
+pub fn max_severity(changes: &[SchemaChange]) -> Option<Severity> {
+    changes.iter().flat_map(|c| &c.security_flags).map(|f| f.severity).max()
+}
+
+#[cfg(test)]
+mod tests;
