@@ -3,6 +3,7 @@
 mod canonical;
 mod classify;
 mod diff;
+mod explain;
 pub mod security;
 
 use driftline_schemas::{
@@ -17,6 +18,7 @@ pub use canonical::{
 };
 pub use classify::classify;
 pub use diff::{diff_normal, diff_tools, review_tool};
+pub use explain::consequence;
 
 /// Who accepts under the `auto` baseline policy.
 pub const AUTO_ACCEPTOR: &str = "auto";

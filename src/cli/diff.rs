@@ -1,0 +1,150 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context};
+use clap::{Args, ValueEnum};
+use driftline_detectors::tool_drift::{consequence, diff_tools, max_classification, schema_hash, short_hash};
+use driftline_schemas::{Classification, SchemaChange, Severity};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{read_input, Format, EXIT_DRIFT, EXIT_OK};
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline: a tools array, {"tools": [...]}, or a JSON-RPC tools/list response.
+    old: PathBuf,
+    /// The new tool list, in any of the same forms.
+    new: PathBuf,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+    /// Exit 1 when a change at or above this classification exists (otherwise the exit code is 0).
+    #[arg(long, value_enum)]
+    fail_on: Option<FailOn>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FailOn {
+    Breaking,
+    Warning,
+    Compatible,
+}
+
+impl FailOn {
+    fn threshold(self) -> Classification {
+        match self {
+            FailOn::Breaking => Classification::Breaking,
+            FailOn::Warning => Classification::Warning,
+            FailOn::Compatible => Classification::Compatible,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct DiffOutput<'a> {
+    previous_hash: String,
+    current_hash: String,
+    max_classification: Option<Classification>,
+    changes: &'a [SchemaChange],
+}
+
+pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
+    let old = load_tools(&args.old)?;
+    let new = load_tools(&args.new)?;
+    let changes = diff_tools(&old, &new);
+    let output = DiffOutput {
+        previous_hash: short_hash(&schema_hash(&old)),
+        current_hash: short_hash(&schema_hash(&new)),
+        max_classification: max_classification(&changes),
+        changes: &changes,
+    };
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&output)?),
+        Format::Text => print!("{}", render_text(&output)),
+    }
+    let failed = match (args.fail_on, output.max_classification) {
+        (Some(fail_on), Some(worst)) => worst >= fail_on.threshold(),
+        _ => false,
+    };
+    Ok(ExitCode::from(if failed { EXIT_DRIFT } else { EXIT_OK }))
+}
+
+/// Accepts a tools array, `{"tools": [...]}`, or `{"result": {"tools": [...]}}`.
+fn load_tools(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
+    let bytes = read_input(Some(path))?;
+    let value: Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is not valid JSON", path.display()))?;
+    let tools = match &value {
+        Value::Array(_) => Some(&value),
+        Value::Object(object) => object.get("tools").or_else(|| value.pointer("/result/tools")),
+        _ => None,
+    };
+    match tools {
+        Some(Value::Array(tools)) => Ok(tools.clone()),
+        _ => Err(anyhow!(
+            "{}: expected a tools array, {{\"tools\": [...]}}, or a tools/list response {{\"result\": {{\"tools\": [...]}}}}",
+            path.display()
+        )),
+    }
+}
+
+fn render_text(output: &DiffOutput<'_>) -> String {
+    let mut out = String::new();
+    let changes = output.changes;
+    if changes.is_empty() {
+        out.push_str(&format!("No drift: schema hash {} unchanged.\n", output.current_hash));
+        return out;
+    }
+    let count = |c: Classification| changes.iter().filter(|ch| ch.classification == c).count();
+    let summary: Vec<String> = [Classification::Breaking, Classification::Warning, Classification::Compatible]
+        .into_iter()
+        .filter(|c| count(*c) > 0)
+        .map(|c| format!("{} {}", count(c), c.as_str().to_lowercase()))
+        .collect();
+    out.push_str(&format!(
+        "Schema drift {} → {}: {} change{} ({})\n",
+        output.previous_hash,
+        output.current_hash,
+        changes.len(),
+        if changes.len() == 1 { "" } else { "s" },
+        summary.join(", ")
+    ));
+    let high = changes.iter().flat_map(|c| &c.security_flags).filter(|f| f.severity == Severity::High).count();
+    if high > 0 {
+        out.push_str(&format!(
+            "⚠ {high} high-severity security flag{}: review the model-visible text before accepting.\n",
+            if high == 1 { "" } else { "s" }
+        ));
+    }
+    for change in changes {
+        out.push('\n');
+        let location = if change.path.is_empty() {
+            change.tool_name.clone()
+        } else {
+            format!("{} · {}", change.tool_name, change.path)
+        };
+        out.push_str(&format!("  {:<10} {:<26} {}\n", change.classification.as_str(), change.change_type.as_str(), location));
+        if !(change.before.is_null() && change.after.is_null()) {
+            out.push_str(&format!("  {:<10} before: {}\n", "", compact(&change.before)));
+            out.push_str(&format!("  {:<10} after:  {}\n", "", compact(&change.after)));
+        }
+        out.push_str(&format!("  {:<10} {}\n", "", consequence(change)));
+        for flag in &change.security_flags {
+            out.push_str(&format!(
+                "  {:<10} ⚠ security {} ({}): {}\n",
+                "",
+                flag.rule,
+                flag.severity.as_str(),
+                flag.excerpt
+            ));
+        }
+    }
+    out
+}
+
+fn compact(value: &Value) -> String {
+    match value {
+        Value::Null => "(absent)".to_owned(),
+        other => other.to_string(),
+    }
+}
