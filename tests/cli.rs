@@ -1,0 +1,237 @@
+//! The offline CLI as a user runs it: outputs and exit codes (0 ok, 1 drift at --fail-on, 2 usage/input).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn driftline(args: &[&str], stdin: &[u8]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start driftline");
+    child.stdin.take().expect("stdin").write_all(stdin).expect("write stdin");
+    let output = child.wait_with_output().expect("run driftline");
+    Run {
+        code: output.status.code().expect("exit code"),
+        stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
+    }
+}
+
+fn data(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name).display().to_string()
+}
+
+fn temp_file(name: &str, contents: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("driftline-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, contents).expect("write temp file");
+    path
+}
+
+/// Compares with a golden file; `UPDATE_GOLDEN=1` rewrites it.
+fn check_golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing golden {}", path.display()));
+    assert_eq!(actual, expected, "output differs from {} (UPDATE_GOLDEN=1 rewrites it)", path.display());
+}
+
+fn json_out(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout).unwrap_or_else(|err| panic!("stdout is not JSON ({err}): {}", run.stdout))
+}
+
+/// `shape` in json: the whole output object.
+fn check_shape(input: &str, extra: &[&str], expected: Value) {
+    let mut args = vec!["shape", "--format", "json"];
+    args.extend_from_slice(extra);
+    let run = driftline(&args, input.as_bytes());
+    assert_eq!(run.code, 0, "stderr: {}", run.stderr);
+    assert_eq!(json_out(&run), expected, "input {input:?}");
+}
+
+#[test]
+fn shape_outputs() {
+    check_shape(
+        r#"{"a": 1}"#,
+        &[],
+        json!({"outcome": "fingerprinted", "shape": "{a:number}",
+            "hash": sha("{a:number}"),
+            "hex8": "9db01548", "compact_bytes": 7}),
+    );
+    check_shape(r#""<truncated>""#, &[], json!({"outcome": "truncated_sentinel", "shape": null, "hash": null, "hex8": null, "compact_bytes": 13}));
+    check_shape("{oops", &[], json!({"outcome": "unparseable", "shape": null, "hash": null, "hex8": null, "compact_bytes": null}));
+    check_shape(r#"{"bbb":1}"#, &["--max-bytes", "8"], json!({"outcome": "oversized", "shape": null, "hash": null, "hex8": null, "compact_bytes": 9}));
+    let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
+    check_shape(&deep, &[], json!({"outcome": "too_deep", "shape": null, "hash": null, "hex8": null, "compact_bytes": 258}));
+}
+
+fn sha(text: &str) -> String {
+    driftline_detectors::shape::shape_hash(text)
+}
+
+#[test]
+fn shape_reads_a_file_and_prints_text() {
+    let path = temp_file("value.json", r#"{"rows": [{"id": 1}], "ok": true}"#);
+    let run = driftline(&["shape", path.to_str().expect("path")], b"");
+    assert_eq!(run.code, 0);
+    assert!(run.stdout.starts_with("outcome        fingerprinted\nshape          {ok:bool,rows:[{id:number}]}\n"), "{}", run.stdout);
+}
+
+#[test]
+fn shape_usage_and_io_errors_exit_2() {
+    let missing = driftline(&["shape", "/nonexistent/value.json"], b"");
+    assert_eq!(missing.code, 2);
+    assert!(missing.stderr.contains("cannot read /nonexistent/value.json"), "{}", missing.stderr);
+    let bad_cap = driftline(&["shape", "--max-bytes", "0"], b"1");
+    assert_eq!(bad_cap.code, 2);
+    assert!(bad_cap.stderr.contains("--max-bytes = 0 is out of bounds: it must be in [1, 1048576]"), "{}", bad_cap.stderr);
+    assert_eq!(driftline(&["shape", "--format", "yaml"], b"1").code, 2);
+}
+
+#[test]
+fn diff_text_report() {
+    let run = driftline(&["diff", &data("search-v1.json"), &data("search-v2.json")], b"");
+    assert_eq!(run.code, 0, "no --fail-on: exit 0; stderr {}", run.stderr);
+    check_golden("diff-search.txt", &run.stdout);
+}
+
+#[test]
+fn diff_json_report() {
+    let run = driftline(&["diff", &data("search-v1.json"), &data("search-v2.json"), "--format", "json"], b"");
+    assert_eq!(run.code, 0);
+    let out = json_out(&run);
+    assert_eq!(out["max_classification"], "BREAKING");
+    assert_eq!(out["previous_hash"].as_str().map(str::len), Some(8));
+    let keys: Vec<&String> = out.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["changes", "current_hash", "max_classification", "previous_hash"]);
+    let first = &out["changes"][0];
+    let fields: Vec<&String> = first.as_object().expect("change").keys().collect();
+    assert_eq!(
+        fields,
+        ["after", "before", "change_type", "classification", "direction", "param_name", "path", "security_flags", "tool_name"]
+    );
+    check_golden("diff-search.json", &serde_json::to_string_pretty(&out).expect("json"));
+}
+
+#[test]
+fn diff_exit_codes_are_equal_across_formats() {
+    let (v1, v2) = (data("search-v1.json"), data("search-v2.json"));
+    // v1 -> v1: nothing; v1 -> v2: breaking; a compatible-only change; a warning-only change.
+    let compatible = temp_file("compatible.json", r#"{"tools": [{"name": "a"}, {"name": "b"}]}"#);
+    let base = temp_file("base.json", r#"{"tools": [{"name": "a"}]}"#);
+    let warning = temp_file("warning.json", r#"[{"name": "a", "description": "now described"}]"#);
+    let cases: &[(&str, &str, Option<&str>, i32)] = &[
+        (&v1, &v1, Some("compatible"), 0),
+        (&v1, &v2, None, 0),
+        (&v1, &v2, Some("breaking"), 1),
+        (&v1, &v2, Some("compatible"), 1),
+        (base.to_str().expect("p"), compatible.to_str().expect("p"), Some("breaking"), 0),
+        (base.to_str().expect("p"), compatible.to_str().expect("p"), Some("warning"), 0),
+        (base.to_str().expect("p"), compatible.to_str().expect("p"), Some("compatible"), 1),
+        (base.to_str().expect("p"), warning.to_str().expect("p"), Some("warning"), 1),
+        (base.to_str().expect("p"), warning.to_str().expect("p"), Some("breaking"), 0),
+    ];
+    for (old, new, fail_on, expected) in cases {
+        for format in ["text", "json"] {
+            let mut args = vec!["diff", old, new, "--format", format];
+            if let Some(level) = fail_on {
+                args.extend(["--fail-on", level]);
+            }
+            let run = driftline(&args, b"");
+            assert_eq!(run.code, *expected, "{args:?}: {}", run.stderr);
+        }
+    }
+}
+
+#[test]
+fn diff_input_errors_exit_2() {
+    let not_json = temp_file("not.json", "{");
+    let wrong = temp_file("wrong.json", r#"{"result": {"items": []}}"#);
+    for (file, message) in [
+        (not_json.to_str().expect("p").to_owned(), "is not valid JSON"),
+        (wrong.to_str().expect("p").to_owned(), "expected a tools array"),
+        ("/nonexistent.json".to_owned(), "cannot read /nonexistent.json"),
+    ] {
+        for format in ["text", "json"] {
+            let run = driftline(&["diff", &data("search-v1.json"), &file, "--format", format], b"");
+            assert_eq!(run.code, 2, "{file}");
+            assert!(run.stderr.contains(message), "{file}: {}", run.stderr);
+            assert!(run.stdout.is_empty());
+        }
+    }
+    assert_eq!(driftline(&["diff", &data("search-v1.json")], b"").code, 2);
+    assert_eq!(driftline(&["diff", "a", "b", "--fail-on", "sometimes"], b"").code, 2);
+}
+
+fn span(id: usize, value: Value) -> String {
+    json!({"span_id": format!("s{id}"), "server": "weather", "tool": "lookup",
+        "started_at": "2026-01-01T00:00:00Z", "duration_ms": 3, "status": "success", "return_value": value})
+    .to_string()
+}
+
+#[test]
+fn replay_prints_one_line_per_signal() {
+    let mut lines: Vec<String> = (0..10).map(|i| span(i, json!({"temp": 21.5, "city": "x"}))).collect();
+    lines.push(String::new());
+    lines.push(json!({"span_id": "e", "server": "weather", "tool": "lookup", "started_at": "2026-01-01T00:00:00Z",
+        "duration_ms": 1, "status": "error", "error": "boom"}).to_string());
+    lines.push(span(12, json!({"temp": "hot", "city": "x"})));
+    let path = temp_file("spans.jsonl", &lines.join("\n"));
+    let run = driftline(&["replay", path.to_str().expect("path")], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let signals: Vec<Value> = run.stdout.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    assert_eq!(
+        signals,
+        [json!({"index": 12, "fingerprint": "tool_schema_drift:lookup:dbefa976", "server": "weather", "tool": "lookup",
+            "shape": "{city:string,temp:string}", "shape_hash": "dbefa976", "baseline_hash": "a18bbd45",
+            "baseline_count": 10, "window_size": 10, "ranking": "breaking",
+            "reasons": [{"path": "temp", "change": "type_changed", "before": "number", "after": "string"}]})]
+    );
+    // Thresholds change the answer: with more history required nothing fires.
+    let run = driftline(&["replay", path.to_str().expect("path"), "--min-history-calls", "11", "--history-window", "20"], b"");
+    assert_eq!((run.code, run.stdout.as_str()), (0, ""));
+    // With a byte cap below the value size every value is oversized: nothing conclusive, nothing fires.
+    let run = driftline(&["replay", path.to_str().expect("path"), "--max-bytes", "10"], b"");
+    assert_eq!((run.code, run.stdout.as_str()), (0, ""));
+}
+
+#[test]
+fn replay_errors_exit_2() {
+    let mut lines: Vec<String> = (0..10).map(|i| span(i, json!({"v": 1}))).collect();
+    lines.push(span(10, json!({"v": "s"})));
+    lines.push("{not json".to_owned());
+    lines.push(span(12, json!({"v": "s"})));
+    let path = temp_file("bad.jsonl", &lines.join("\n"));
+    let path = path.to_str().expect("path");
+    let run = driftline(&["replay", path], b"");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains(&format!("{path}:12: invalid span")), "{}", run.stderr);
+    // Signals before the bad line were printed; nothing for it or after it.
+    let indices: Vec<u64> =
+        run.stdout.lines().map(|l| serde_json::from_str::<Value>(l).expect("json")["index"].as_u64().expect("index")).collect();
+    assert_eq!(indices, [10]);
+
+    let run = driftline(&["replay", path, "--history-window", "5"], b"");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("history_window = 5 is out of bounds: it must be in [10, 10000]"), "{}", run.stderr);
+    assert!(run.stdout.is_empty());
+    let wrong_field = temp_file("field.jsonl", r#"{"span_id":"s","server":"a","tool":"t","started_at":"2026-01-01T00:00:00Z","duration_ms":1,"status":"ok"}"#);
+    let run = driftline(&["replay", wrong_field.to_str().expect("path")], b"");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains(":1: invalid span: unknown variant `ok`"), "{}", run.stderr);
+}
