@@ -30,7 +30,7 @@ fn driftline(args: &[&str], stdin: &[u8]) -> Run {
 }
 
 fn data(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name).display().to_string()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tool-lists").join(name).display().to_string()
 }
 
 fn temp_file(name: &str, contents: &str) -> PathBuf {
@@ -47,12 +47,14 @@ fn check_golden(name: &str, actual: &str) {
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).expect("write golden");
     }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing golden {}", path.display()));
+    let expected =
+        std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing golden {}", path.display()));
     assert_eq!(actual, expected, "output differs from {} (UPDATE_GOLDEN=1 rewrites it)", path.display());
 }
 
 fn json_out(run: &Run) -> Value {
-    serde_json::from_str(&run.stdout).unwrap_or_else(|err| panic!("stdout is not JSON ({err}): {}", run.stdout))
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|err| panic!("stdout is not JSON ({err}): {}", run.stdout))
 }
 
 /// `shape` in json: the whole output object.
@@ -73,11 +75,27 @@ fn shape_outputs() {
             "hash": sha("{a:number}"),
             "hex8": "9db01548", "compact_bytes": 7}),
     );
-    check_shape(r#""<truncated>""#, &[], json!({"outcome": "truncated_sentinel", "shape": null, "hash": null, "hex8": null, "compact_bytes": 13}));
-    check_shape("{oops", &[], json!({"outcome": "unparseable", "shape": null, "hash": null, "hex8": null, "compact_bytes": null}));
-    check_shape(r#"{"bbb":1}"#, &["--max-bytes", "8"], json!({"outcome": "oversized", "shape": null, "hash": null, "hex8": null, "compact_bytes": 9}));
+    check_shape(
+        r#""<truncated>""#,
+        &[],
+        json!({"outcome": "truncated_sentinel", "shape": null, "hash": null, "hex8": null, "compact_bytes": 13}),
+    );
+    check_shape(
+        "{oops",
+        &[],
+        json!({"outcome": "unparseable", "shape": null, "hash": null, "hex8": null, "compact_bytes": null}),
+    );
+    check_shape(
+        r#"{"bbb":1}"#,
+        &["--max-bytes", "8"],
+        json!({"outcome": "oversized", "shape": null, "hash": null, "hex8": null, "compact_bytes": 9}),
+    );
     let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
-    check_shape(&deep, &[], json!({"outcome": "too_deep", "shape": null, "hash": null, "hex8": null, "compact_bytes": 258}));
+    check_shape(
+        &deep,
+        &[],
+        json!({"outcome": "too_deep", "shape": null, "hash": null, "hex8": null, "compact_bytes": 258}),
+    );
 }
 
 fn sha(text: &str) -> String {
@@ -89,7 +107,11 @@ fn shape_reads_a_file_and_prints_text() {
     let path = temp_file("value.json", r#"{"rows": [{"id": 1}], "ok": true}"#);
     let run = driftline(&["shape", path.to_str().expect("path")], b"");
     assert_eq!(run.code, 0);
-    assert!(run.stdout.starts_with("outcome        fingerprinted\nshape          {ok:bool,rows:[{id:number}]}\n"), "{}", run.stdout);
+    assert!(
+        run.stdout.starts_with("outcome        fingerprinted\nshape          {ok:bool,rows:[{id:number}]}\n"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
@@ -99,7 +121,11 @@ fn shape_usage_and_io_errors_exit_2() {
     assert!(missing.stderr.contains("cannot read /nonexistent/value.json"), "{}", missing.stderr);
     let bad_cap = driftline(&["shape", "--max-bytes", "0"], b"1");
     assert_eq!(bad_cap.code, 2);
-    assert!(bad_cap.stderr.contains("--max-bytes = 0 is out of bounds: it must be in [1, 1048576]"), "{}", bad_cap.stderr);
+    assert!(
+        bad_cap.stderr.contains("--max-bytes = 0 is out of bounds: it must be in [1, 1048576]"),
+        "{}",
+        bad_cap.stderr
+    );
     assert_eq!(driftline(&["shape", "--format", "yaml"], b"1").code, 2);
 }
 
@@ -123,7 +149,17 @@ fn diff_json_report() {
     let fields: Vec<&String> = first.as_object().expect("change").keys().collect();
     assert_eq!(
         fields,
-        ["after", "before", "change_type", "classification", "direction", "param_name", "path", "security_flags", "tool_name"]
+        [
+            "after",
+            "before",
+            "change_type",
+            "classification",
+            "direction",
+            "param_name",
+            "path",
+            "security_flags",
+            "tool_name"
+        ]
     );
     check_golden("diff-search.json", &serde_json::to_string_pretty(&out).expect("json"));
 }
@@ -188,22 +224,31 @@ fn span(id: usize, value: Value) -> String {
 fn replay_prints_one_line_per_signal() {
     let mut lines: Vec<String> = (0..10).map(|i| span(i, json!({"temp": 21.5, "city": "x"}))).collect();
     lines.push(String::new());
-    lines.push(json!({"span_id": "e", "server": "weather", "tool": "lookup", "started_at": "2026-01-01T00:00:00Z",
-        "duration_ms": 1, "status": "error", "error": "boom"}).to_string());
+    lines.push(
+        json!({"span_id": "e", "server": "weather", "tool": "lookup", "started_at": "2026-01-01T00:00:00Z",
+        "duration_ms": 1, "status": "error", "error": "boom"})
+        .to_string(),
+    );
     lines.push(span(12, json!({"temp": "hot", "city": "x"})));
     let path = temp_file("spans.jsonl", &lines.join("\n"));
     let run = driftline(&["replay", path.to_str().expect("path")], b"");
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let signals: Vec<Value> = run.stdout.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    let signals: Vec<Value> =
+        run.stdout.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
     assert_eq!(
         signals,
-        [json!({"index": 12, "fingerprint": "tool_schema_drift:lookup:dbefa976", "server": "weather", "tool": "lookup",
+        [
+            json!({"index": 12, "fingerprint": "tool_schema_drift:lookup:dbefa976", "server": "weather", "tool": "lookup",
             "shape": "{city:string,temp:string}", "shape_hash": "dbefa976", "baseline_hash": "a18bbd45",
             "baseline_count": 10, "window_size": 10, "ranking": "breaking",
-            "reasons": [{"path": "temp", "change": "type_changed", "before": "number", "after": "string"}]})]
+            "reasons": [{"path": "temp", "change": "type_changed", "before": "number", "after": "string"}]})
+        ]
     );
     // Thresholds change the answer: with more history required nothing fires.
-    let run = driftline(&["replay", path.to_str().expect("path"), "--min-history-calls", "11", "--history-window", "20"], b"");
+    let run = driftline(
+        &["replay", path.to_str().expect("path"), "--min-history-calls", "11", "--history-window", "20"],
+        b"",
+    );
     assert_eq!((run.code, run.stdout.as_str()), (0, ""));
     // With a byte cap below the value size every value is oversized: nothing conclusive, nothing fires.
     let run = driftline(&["replay", path.to_str().expect("path"), "--max-bytes", "10"], b"");
@@ -222,15 +267,25 @@ fn replay_errors_exit_2() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains(&format!("{path}:12: invalid span")), "{}", run.stderr);
     // Signals before the bad line were printed; nothing for it or after it.
-    let indices: Vec<u64> =
-        run.stdout.lines().map(|l| serde_json::from_str::<Value>(l).expect("json")["index"].as_u64().expect("index")).collect();
+    let indices: Vec<u64> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json")["index"].as_u64().expect("index"))
+        .collect();
     assert_eq!(indices, [10]);
 
     let run = driftline(&["replay", path, "--history-window", "5"], b"");
     assert_eq!(run.code, 2);
-    assert!(run.stderr.contains("history_window = 5 is out of bounds: it must be in [10, 10000]"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("history_window = 5 is out of bounds: it must be in [10, 10000]"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stdout.is_empty());
-    let wrong_field = temp_file("field.jsonl", r#"{"span_id":"s","server":"a","tool":"t","started_at":"2026-01-01T00:00:00Z","duration_ms":1,"status":"ok"}"#);
+    let wrong_field = temp_file(
+        "field.jsonl",
+        r#"{"span_id":"s","server":"a","tool":"t","started_at":"2026-01-01T00:00:00Z","duration_ms":1,"status":"ok"}"#,
+    );
     let run = driftline(&["replay", wrong_field.to_str().expect("path")], b"");
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains(":1: invalid span: unknown variant `ok`"), "{}", run.stderr);

@@ -1,1 +1,127 @@
-fn main() {}
+//! `make bench`: shape fingerprint throughput next to serde_json skipping the same bytes, shape-drift
+//! detector updates, and tool-list diffs. `scripts/bench-summary.py` prints the figures to report.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use driftline_detectors::shape::{fingerprint, LARGEST_MAX_BYTES};
+use driftline_detectors::shape_drift::{Observation, ToolShapeState};
+use driftline_detectors::tool_drift::diff_tools;
+use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome};
+use serde_json::{json, Value};
+
+/// A realistic return value of about `target` bytes: search results with nested objects, numbers,
+/// escaped strings and arrays.
+fn return_value(target: usize) -> Vec<u8> {
+    let mut results = Vec::new();
+    let mut size = 0;
+    let mut i = 0;
+    while size < target {
+        let item = json!({
+            "id": format!("doc-{i}"),
+            "title": format!("Result \"{i}\" — a title with unicode é and a \\ backslash"),
+            "score": 0.5 + i as f64 / 1000.0,
+            "rank": i,
+            "tags": ["alpha", "beta", "gamma"],
+            "source": {"url": format!("https://example.com/{i}"), "fetched": true, "bytes": 1024 * i},
+            "snippet": null
+        });
+        size += item.to_string().len() + 1;
+        results.push(item);
+        i += 1;
+    }
+    let value = json!({"query": "drift", "total": results.len(), "results": results, "next": null});
+    let text = serde_json::to_string_pretty(&value).expect("serialize");
+    text.into_bytes()
+}
+
+fn shape_throughput(c: &mut Criterion) {
+    let mut group = c.benchmark_group("shape");
+    for (label, size) in [("1KiB", 1024), ("8KiB", 8 * 1024), ("1MiB", 1024 * 1024)] {
+        let input = return_value(size);
+        group.throughput(Throughput::Bytes(input.len() as u64));
+        group.bench_with_input(BenchmarkId::new("fingerprint", label), &input, |b, input| {
+            b.iter(|| fingerprint(black_box(input), LARGEST_MAX_BYTES))
+        });
+        group.bench_with_input(BenchmarkId::new("serde_json_ignored_any", label), &input, |b, input| {
+            b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(input)).is_ok())
+        });
+    }
+    group.finish();
+}
+
+fn shape_drift_updates(c: &mut Criterion) {
+    let thresholds = DetectorThresholds::default();
+    let shapes: Vec<String> = (0..100)
+        .map(|i| {
+            if i % 25 == 0 {
+                "{id:string,total:number}".into()
+            } else {
+                "{id:string,items:[{sku:string}],total:number}".into()
+            }
+        })
+        .collect();
+    let mut group = c.benchmark_group("shape_drift");
+    group.throughput(Throughput::Elements(shapes.len() as u64));
+    group.bench_function("observe_window_100", |b| {
+        let mut state = ToolShapeState::default();
+        b.iter(|| {
+            for shape in &shapes {
+                let call = Observation {
+                    status: CallStatus::Success,
+                    outcome: ShapeOutcome::Fingerprinted,
+                    shape: Some(shape),
+                    compact_bytes: Some(200),
+                };
+                black_box(state.observe(call, &thresholds));
+            }
+        })
+    });
+    group.finish();
+}
+
+/// A 50-tool list; `variant` changes some tools the way a server upgrade does.
+fn tool_list(variant: bool) -> Vec<Value> {
+    (0..50)
+        .map(|i| {
+            let mut properties = json!({
+                "query": {"type": "string", "description": "What to look for", "minLength": 1},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+                "format": {"type": "string", "enum": ["md", "html", "text"]},
+                "filters": {"type": "object", "properties": {
+                    "date_from": {"type": "string", "format": "date"},
+                    "tags": {"type": "array", "items": {"type": "string"}}
+                }}
+            });
+            let mut required = vec!["query"];
+            if variant && i % 5 == 0 {
+                properties["limit"]["type"] = json!("number");
+                properties["format"]["enum"] = json!(["md", "text"]);
+                properties["region"] = json!({"type": "string"});
+                required.push("region");
+            }
+            json!({"name": format!("tool_{i}"), "description": format!("Tool number {i}."),
+                "inputSchema": {"type": "object", "properties": properties, "required": required},
+                "annotations": {"readOnlyHint": true}})
+        })
+        .collect()
+}
+
+fn tool_list_diff(c: &mut Criterion) {
+    let (old, new) = (tool_list(false), tool_list(true));
+    let mut group = c.benchmark_group("tool_drift");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("diff_50_tools", |b| b.iter(|| diff_tools(black_box(&old), black_box(&new))));
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! { name = benches; config = config(); targets = shape_throughput, shape_drift_updates, tool_list_diff }
+criterion_main!(benches);

@@ -1,6 +1,8 @@
 //! The published JSON Schemas and the serde types agree on what a valid input message is.
 
-use driftline_schemas::{ToolCallSpan, ToolListSnapshot, TOOL_CALL_SPAN_JSON_SCHEMA, TOOL_LIST_SNAPSHOT_JSON_SCHEMA};
+use driftline_schemas::{
+    ToolCallSpan, ToolListSnapshot, TOOL_CALL_SPAN_JSON_SCHEMA, TOOL_LIST_SNAPSHOT_JSON_SCHEMA,
+};
 use serde_json::{json, Value};
 
 fn validator(schema: &str) -> jsonschema::Validator {

@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context};
@@ -70,7 +70,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Accepts a tools array, `{"tools": [...]}`, or `{"result": {"tools": [...]}}`.
-fn load_tools(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
+fn load_tools(path: &Path) -> anyhow::Result<Vec<Value>> {
     let bytes = read_input(Some(path))?;
     let value: Value =
         serde_json::from_slice(&bytes).with_context(|| format!("{} is not valid JSON", path.display()))?;
@@ -96,11 +96,12 @@ fn render_text(output: &DiffOutput<'_>) -> String {
         return out;
     }
     let count = |c: Classification| changes.iter().filter(|ch| ch.classification == c).count();
-    let summary: Vec<String> = [Classification::Breaking, Classification::Warning, Classification::Compatible]
-        .into_iter()
-        .filter(|c| count(*c) > 0)
-        .map(|c| format!("{} {}", count(c), c.as_str().to_lowercase()))
-        .collect();
+    let summary: Vec<String> =
+        [Classification::Breaking, Classification::Warning, Classification::Compatible]
+            .into_iter()
+            .filter(|c| count(*c) > 0)
+            .map(|c| format!("{} {}", count(c), c.as_str().to_lowercase()))
+            .collect();
     out.push_str(&format!(
         "Schema drift {} → {}: {} change{} ({})\n",
         output.previous_hash,
@@ -109,7 +110,8 @@ fn render_text(output: &DiffOutput<'_>) -> String {
         if changes.len() == 1 { "" } else { "s" },
         summary.join(", ")
     ));
-    let high = changes.iter().flat_map(|c| &c.security_flags).filter(|f| f.severity == Severity::High).count();
+    let high =
+        changes.iter().flat_map(|c| &c.security_flags).filter(|f| f.severity == Severity::High).count();
     if high > 0 {
         out.push_str(&format!(
             "⚠ {high} high-severity security flag{}: review the model-visible text before accepting.\n",
@@ -123,7 +125,12 @@ fn render_text(output: &DiffOutput<'_>) -> String {
         } else {
             format!("{} · {}", change.tool_name, change.path)
         };
-        out.push_str(&format!("  {:<10} {:<26} {}\n", change.classification.as_str(), change.change_type.as_str(), location));
+        out.push_str(&format!(
+            "  {:<10} {:<26} {}\n",
+            change.classification.as_str(),
+            change.change_type.as_str(),
+            location
+        ));
         if !(change.before.is_null() && change.after.is_null()) {
             out.push_str(&format!("  {:<10} before: {}\n", "", compact(&change.before)));
             out.push_str(&format!("  {:<10} after:  {}\n", "", compact(&change.after)));

@@ -49,7 +49,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         tool_return_value_max_bytes: args.max_bytes.unwrap_or(defaults.tool_return_value_max_bytes),
     };
     thresholds.validate()?;
-    let file = std::fs::File::open(&args.spans).with_context(|| format!("cannot read {}", args.spans.display()))?;
+    let file =
+        std::fs::File::open(&args.spans).with_context(|| format!("cannot read {}", args.spans.display()))?;
     let mut states: HashMap<(String, String, String), ToolShapeState> = HashMap::new();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -59,15 +59,8 @@ pub fn shape_hex8(shape: &str) -> String {
 ///
 /// `max_bytes` is the cap on the compact encoding; a value strictly longer is `oversized`. Precedence
 /// when several apply: `unparseable`, then `too_deep`, then `truncated_sentinel`, then `oversized`.
+/// Invalid UTF-8 anywhere is `unparseable`.
 pub fn fingerprint(json: &[u8], max_bytes: u64) -> Fingerprint {
-    match std::str::from_utf8(json) {
-        Ok(text) => fingerprint_str(text, max_bytes),
-        Err(_) => unparseable(),
-    }
-}
-
-/// [`fingerprint`] for input already known to be UTF-8 (a `RawValue`, a `&str`).
-pub fn fingerprint_str(json: &str, max_bytes: u64) -> Fingerprint {
     let Ok(walked) = walk::walk(json) else {
         return unparseable();
     };
@@ -90,7 +83,7 @@ pub fn record_from_span(span: &ToolCallSpan, project: &str, ingested_at: Timesta
             Fingerprint { outcome: ShapeOutcome::NotSuccess, shape: None, compact_bytes: None }
         }
         (CallStatus::Success, None) => Fingerprint::absent(),
-        (CallStatus::Success, Some(raw)) => fingerprint_str(raw.get(), LARGEST_MAX_BYTES),
+        (CallStatus::Success, Some(raw)) => fingerprint(raw.get().as_bytes(), LARGEST_MAX_BYTES),
     };
     ToolCallRecord {
         schema_version: driftline_schemas::SCHEMA_VERSION,

@@ -230,6 +230,19 @@ proptest! {
     }
 
     #[test]
+    fn validates_utf8_exactly_like_serde_json(
+        parts in prop::collection::vec(prop::sample::select(vec![
+            &b"\""[..], b"\\", b"\\u00e9", b"\\ud83d\\ude00", b"\xc3\xa9", b"\xf0\x9f\x98\x80", b"\xff", b"\xc3",
+            b"\xed\xa0\x80", b"abcdefgh", b"a", b"{", b"}", b"[", b"]", b":", b",", b"1", b" ", b"\x01",
+        ]), 0..16)
+    ) {
+        let bytes: Vec<u8> = parts.concat();
+        let ours = fingerprint(&bytes, LARGEST_MAX_BYTES).outcome != ShapeOutcome::Unparseable;
+        let theirs = serde_json::from_slice::<serde_json::Value>(&bytes).is_ok();
+        prop_assert_eq!(ours, theirs, "input {:?}", String::from_utf8_lossy(&bytes));
+    }
+
+    #[test]
     fn never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
         let _ = fingerprint(&bytes, 16);
     }

@@ -15,19 +15,19 @@ pub struct Walked {
     pub is_truncated_sentinel: bool,
 }
 
-pub fn walk(json: &str) -> Result<Walked, Invalid> {
+/// Walks JSON bytes. UTF-8 is checked where it matters: inside strings (anywhere else a non-ASCII byte
+/// is a syntax error), and only for strings that hold non-ASCII bytes.
+pub fn walk(json: &[u8]) -> Result<Walked, Invalid> {
     let mut walker = Walker {
-        bytes: json.as_bytes(),
-        text: json,
+        bytes: json,
         pos: 0,
         whitespace: 0,
-        containers: Vec::new(),
-        frames: Vec::new(),
-        skip_depth: 0,
+        containers: Vec::with_capacity(16),
+        frames: Vec::with_capacity(16),
         too_deep: false,
         result: None,
     };
-    walker.run()?;
+    walker.run::<true>()?;
     let compact_bytes = (json.len() - walker.whitespace) as u64;
     if walker.too_deep {
         return Ok(Walked { shape: None, compact_bytes, is_truncated_sentinel: false });
@@ -65,81 +65,86 @@ enum Frame<'a> {
 
 struct Walker<'a> {
     bytes: &'a [u8],
-    text: &'a str,
     pos: usize,
     whitespace: usize,
     /// Every open container, for validation and depth.
     containers: Vec<Container>,
     /// The open containers whose shape is being built (a prefix of `containers`).
     frames: Vec<Frame<'a>>,
-    /// Containers open inside a value the shape ignores (an array element after the first).
-    skip_depth: usize,
     too_deep: bool,
     result: Option<Shaped<'a>>,
 }
 
 impl<'a> Walker<'a> {
-    fn run(&mut self) -> Result<(), Invalid> {
+    /// Reads one value (and, at the top, checks that nothing follows it). `BUILD` walks with the shape
+    /// being built; a value the shape ignores is read by the `BUILD = false` copy of this loop, which
+    /// only validates and counts.
+    fn run<const BUILD: bool>(&mut self) -> Result<(), Invalid> {
+        let base = self.containers.len();
         loop {
             // A value starts here.
             self.skip_whitespace();
-            let build = self.wants_value();
             let byte = self.peek().ok_or(Invalid)?;
-            match byte {
-                b'{' | b'[' => {
-                    self.pos += 1;
-                    let container = if byte == b'{' { Container::Object } else { Container::Array };
-                    self.open(container, build);
-                    self.skip_whitespace();
-                    let closing = if container == Container::Object { b'}' } else { b']' };
-                    if self.peek() == Some(closing) {
+            if BUILD && !self.wants_value() {
+                self.run::<false>()?;
+            } else {
+                match byte {
+                    b'{' | b'[' => {
                         self.pos += 1;
-                        self.close();
-                    } else {
-                        if container == Container::Object {
-                            self.key()?;
+                        let container = if byte == b'{' { Container::Object } else { Container::Array };
+                        self.open::<BUILD>(container);
+                        self.skip_whitespace();
+                        let closing = if container == Container::Object { b'}' } else { b']' };
+                        if self.peek() == Some(closing) {
+                            self.pos += 1;
+                            self.close::<BUILD>();
+                        } else {
+                            if container == Container::Object {
+                                self.key::<BUILD>()?;
+                            }
+                            continue;
                         }
-                        continue;
                     }
-                }
-                b'"' => {
-                    self.pos += 1;
-                    let keep = build && self.keeps_string_value();
-                    let value = self.string(keep)?;
-                    if build {
-                        self.deliver(Shaped { text: Cow::Borrowed("string"), string_value: value });
+                    b'"' => {
+                        self.pos += 1;
+                        let keep = BUILD && self.keeps_string_value();
+                        let value = self.string(keep)?;
+                        if BUILD {
+                            self.deliver(Shaped { text: Cow::Borrowed("string"), string_value: value });
+                        }
                     }
-                }
-                b'-' | b'0'..=b'9' => {
-                    self.number()?;
-                    if build {
-                        self.deliver(Shaped::atom("number"));
+                    b'-' | b'0'..=b'9' => {
+                        self.number()?;
+                        if BUILD {
+                            self.deliver(Shaped::atom("number"));
+                        }
                     }
+                    b't' => self.literal::<BUILD>(b"true", "bool")?,
+                    b'f' => self.literal::<BUILD>(b"false", "bool")?,
+                    b'n' => self.literal::<BUILD>(b"null", "null")?,
+                    _ => return Err(Invalid),
                 }
-                b't' => self.literal(b"true", "bool", build)?,
-                b'f' => self.literal(b"false", "bool", build)?,
-                b'n' => self.literal(b"null", "null", build)?,
-                _ => return Err(Invalid),
             }
-            // A value ended: close containers until one continues, or the input ends.
+            // A value ended: close containers until one continues, or this walk's value is complete.
             loop {
                 self.skip_whitespace();
-                let Some(&container) = self.containers.last() else {
-                    return if self.pos == self.bytes.len() { Ok(()) } else { Err(Invalid) };
-                };
+                if self.containers.len() == base {
+                    return if base > 0 || self.pos == self.bytes.len() { Ok(()) } else { Err(Invalid) };
+                }
+                let container = self.containers[self.containers.len() - 1];
                 let closing = if container == Container::Object { b'}' } else { b']' };
                 match self.peek() {
                     Some(b',') => {
                         self.pos += 1;
                         if container == Container::Object {
                             self.skip_whitespace();
-                            self.key()?;
+                            self.key::<BUILD>()?;
                         }
                         break;
                     }
                     Some(byte) if byte == closing => {
                         self.pos += 1;
-                        self.close();
+                        self.close::<BUILD>();
                     }
                     _ => return Err(Invalid),
                 }
@@ -147,21 +152,24 @@ impl<'a> Walker<'a> {
         }
     }
 
+    #[inline]
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
 
     fn skip_whitespace(&mut self) {
-        let start = self.pos;
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
-            self.pos += 1;
+        let (bytes, start) = (self.bytes, self.pos);
+        let mut pos = start;
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = bytes.get(pos) {
+            pos += 1;
         }
-        self.whitespace += self.pos - start;
+        self.pos = pos;
+        self.whitespace += pos - start;
     }
 
     /// Whether the value starting now is part of the shape.
     fn wants_value(&self) -> bool {
-        if self.too_deep || self.skip_depth > 0 {
+        if self.too_deep {
             return false;
         }
         match self.frames.last() {
@@ -179,30 +187,21 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn open(&mut self, container: Container, build: bool) {
+    fn open<const BUILD: bool>(&mut self, container: Container) {
         self.containers.push(container);
-        if self.too_deep {
-            return;
-        }
         if self.containers.len() > DEPTH_LIMIT {
             self.too_deep = true;
-        } else if build {
+        } else if BUILD && !self.too_deep {
             self.frames.push(match container {
                 Container::Array => Frame::Array { first: None },
                 Container::Object => Frame::Object { entries: Vec::new(), pending_key: None },
             });
-        } else {
-            self.skip_depth += 1;
         }
     }
 
-    fn close(&mut self) {
+    fn close<const BUILD: bool>(&mut self) {
         self.containers.pop();
-        if self.too_deep {
-            return;
-        }
-        if self.skip_depth > 0 {
-            self.skip_depth -= 1;
+        if !BUILD || self.too_deep {
             return;
         }
         let shaped = match self.frames.pop() {
@@ -225,12 +224,12 @@ impl<'a> Walker<'a> {
     }
 
     /// Reads `"key" :`, keeping the key when the object is being built.
-    fn key(&mut self) -> Result<(), Invalid> {
+    fn key<const BUILD: bool>(&mut self) -> Result<(), Invalid> {
         if self.peek() != Some(b'"') {
             return Err(Invalid);
         }
         self.pos += 1;
-        let building = !self.too_deep && self.skip_depth == 0;
+        let building = BUILD && !self.too_deep;
         let key = self.string(building)?;
         if let (true, Some(Frame::Object { pending_key, .. })) = (building, self.frames.last_mut()) {
             *pending_key = key;
@@ -245,34 +244,31 @@ impl<'a> Walker<'a> {
 
     /// Reads a string body after its opening quote; decodes it only when `keep`.
     fn string(&mut self, keep: bool) -> Result<Option<Cow<'a, str>>, Invalid> {
+        if !keep {
+            self.skip_string()?;
+            return Ok(None);
+        }
         let start = self.pos;
         let mut decoded: Option<String> = None;
         loop {
             let run_start = self.pos;
-            while let Some(&byte) = self.bytes.get(self.pos) {
-                if byte == b'"' || byte == b'\\' || byte < 0x20 {
-                    break;
-                }
-                self.pos += 1;
-            }
+            self.skip_plain_string_bytes();
             let byte = self.peek().ok_or(Invalid)?;
             if let Some(out) = decoded.as_mut() {
-                out.push_str(&self.text[run_start..self.pos]);
+                out.push_str(utf8(&self.bytes[run_start..self.pos])?);
             }
             match byte {
                 b'"' => {
+                    let raw = &self.bytes[start..self.pos];
                     self.pos += 1;
-                    if !keep {
-                        return Ok(None);
-                    }
                     return Ok(Some(match decoded {
                         Some(out) => Cow::Owned(out),
-                        None => Cow::Borrowed(&self.text[start..self.pos - 1]),
+                        None => Cow::Borrowed(utf8(raw)?),
                     }));
                 }
                 b'\\' => {
-                    if keep && decoded.is_none() {
-                        decoded = Some(self.text[start..self.pos].to_owned());
+                    if decoded.is_none() {
+                        decoded = Some(utf8(&self.bytes[start..self.pos])?.to_owned());
                     }
                     self.pos += 1;
                     let c = self.escape()?;
@@ -283,6 +279,69 @@ impl<'a> Walker<'a> {
                 _ => return Err(Invalid),
             }
         }
+    }
+
+    /// Validates a string body the shape does not keep.
+    fn skip_string(&mut self) -> Result<(), Invalid> {
+        let start = self.pos;
+        let mut non_ascii = false;
+        loop {
+            non_ascii |= self.skip_plain_string_bytes();
+            match self.peek() {
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    self.pos += 1;
+                    self.escape()?;
+                }
+                _ => return Err(Invalid),
+            }
+        }
+        // Escapes are ASCII, so checking the raw bytes checks every run between them.
+        if non_ascii {
+            utf8(&self.bytes[start..self.pos])?;
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Advances to the next `"`, `\` or control byte, eight bytes at a time where it can. Returns
+    /// whether it passed a non-ASCII byte.
+    #[inline]
+    fn skip_plain_string_bytes(&mut self) -> bool {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        let bytes = self.bytes;
+        let mut pos = self.pos;
+        let mut high_bits = 0u64;
+        while let Some(chunk) = bytes.get(pos..pos + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+            let quote = word ^ (ONES * u64::from(b'"'));
+            let backslash = word ^ (ONES * u64::from(b'\\'));
+            // `x - ONES & !x & HIGH` marks the zero bytes of `x` (exactly, up to the first one); on
+            // `word` with 0x20 in place of ONES it marks the bytes below 0x20.
+            let stops = ((quote.wrapping_sub(ONES) & !quote)
+                | (backslash.wrapping_sub(ONES) & !backslash)
+                | (word.wrapping_sub(ONES * 0x20) & !word))
+                & HIGH;
+            if stops != 0 {
+                let offset = stops.trailing_zeros() / 8;
+                // Only the bytes before the stop were passed.
+                let passed = if offset == 0 { 0 } else { word & (u64::MAX >> (64 - 8 * offset)) };
+                self.pos = pos + offset as usize;
+                return (high_bits | passed) & HIGH != 0;
+            }
+            high_bits |= word;
+            pos += 8;
+        }
+        while let Some(&byte) = bytes.get(pos) {
+            if byte == b'"' || byte == b'\\' || byte < 0x20 {
+                break;
+            }
+            high_bits |= u64::from(byte);
+            pos += 1;
+        }
+        self.pos = pos;
+        high_bits & HIGH != 0
     }
 
     /// Reads an escape after its backslash.
@@ -372,16 +431,20 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn literal(&mut self, word: &[u8], shape: &'static str, build: bool) -> Result<(), Invalid> {
+    fn literal<const BUILD: bool>(&mut self, word: &[u8], shape: &'static str) -> Result<(), Invalid> {
         if self.bytes.get(self.pos..self.pos + word.len()) != Some(word) {
             return Err(Invalid);
         }
         self.pos += word.len();
-        if build {
+        if BUILD {
             self.deliver(Shaped::atom(shape));
         }
         Ok(())
     }
+}
+
+fn utf8(bytes: &[u8]) -> Result<&str, Invalid> {
+    std::str::from_utf8(bytes).map_err(|_| Invalid)
 }
 
 fn array_shape(first: Option<Cow<'static, str>>) -> Shaped<'static> {

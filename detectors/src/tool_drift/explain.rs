@@ -12,7 +12,9 @@ pub fn consequence(change: &SchemaChange) -> String {
         (ChangeType::ToolRemoved, _) => format!("Agents calling {tool} will fail: the tool is gone."),
         (ChangeType::ToolAdded, _) => format!("A new tool {tool} is offered to agents."),
         (ChangeType::ToolRenamed, _) => format!("Agents calling {before} will fail until they call {after}."),
-        (ChangeType::RequiredParamAdded, false) => format!("Calls to {tool} without {path} will now be rejected."),
+        (ChangeType::RequiredParamAdded, false) => {
+            format!("Calls to {tool} without {path} will now be rejected.")
+        }
         (ChangeType::RequiredParamAdded, true) => format!("Results of {tool} now always include {path}."),
         (ChangeType::OptionalParamAdded, false) => format!("Calls to {tool} may now pass {path}."),
         (ChangeType::OptionalParamAdded, true) => format!("Results of {tool} may now include {path}."),
@@ -22,26 +24,44 @@ pub fn consequence(change: &SchemaChange) -> String {
         (ChangeType::RequiredParamRemoved, true) => {
             format!("Results of {tool} no longer include {path}; agents that read it will break.")
         }
-        (ChangeType::ParamRemoved, false) => format!("{path} is no longer declared; calls that send it may be rejected."),
+        (ChangeType::ParamRemoved, false) => {
+            format!("{path} is no longer declared; calls that send it may be rejected.")
+        }
         (ChangeType::ParamRemoved, true) => format!("Results of {tool} may no longer include {path}."),
-        (ChangeType::ParamBecameRequired, false) => format!("Calls to {tool} that omit {path} will now be rejected."),
+        (ChangeType::ParamBecameRequired, false) => {
+            format!("Calls to {tool} that omit {path} will now be rejected.")
+        }
         (ChangeType::ParamBecameRequired, true) => format!("{path} is now always present in results."),
-        (ChangeType::ParamBecameOptional, false) => format!("{path} may now be omitted from calls to {tool}."),
+        (ChangeType::ParamBecameOptional, false) => {
+            format!("{path} may now be omitted from calls to {tool}.")
+        }
         (ChangeType::ParamBecameOptional, true) => {
             format!("{path} may now be missing from results; agents that rely on it will break.")
         }
-        (ChangeType::ParamTypeChanged, false) => format!("{path} changed type: calls sending {before} values will be rejected."),
-        (ChangeType::ParamTypeChanged, true) => format!("{path} changed type: agents reading {before} values will break."),
+        (ChangeType::ParamTypeChanged, false) => {
+            format!("{path} changed type: calls sending {before} values will be rejected.")
+        }
+        (ChangeType::ParamTypeChanged, true) => {
+            format!("{path} changed type: agents reading {before} values will break.")
+        }
         (ChangeType::ParamTypeWidened, false) => format!("{path} accepts more types than before."),
-        (ChangeType::ParamTypeWidened, true) => format!("{path} may now hold {after} values agents do not expect."),
-        (ChangeType::ParamTypeNarrowed, false) => format!("{path} accepts fewer types; some valid calls will be rejected."),
+        (ChangeType::ParamTypeWidened, true) => {
+            format!("{path} may now hold {after} values agents do not expect.")
+        }
+        (ChangeType::ParamTypeNarrowed, false) => {
+            format!("{path} accepts fewer types; some valid calls will be rejected.")
+        }
         (ChangeType::ParamTypeNarrowed, true) => format!("{path} holds fewer types than before."),
-        (ChangeType::EnumValueRemoved, false) => format!("Calls passing {before} for {path} will be rejected."),
+        (ChangeType::EnumValueRemoved, false) => {
+            format!("Calls passing {before} for {path} will be rejected.")
+        }
         (ChangeType::EnumValueRemoved, true) => format!("{path} no longer returns {before}."),
         (ChangeType::EnumAdded, false) => format!("{path} now accepts only the listed values."),
         (ChangeType::EnumAdded, true) => format!("{path} now returns only the listed values."),
         (ChangeType::EnumValueAdded, false) => format!("{path} accepts a new value {after}."),
-        (ChangeType::EnumValueAdded, true) => format!("{path} may return a new value {after} that agents do not expect."),
+        (ChangeType::EnumValueAdded, true) => {
+            format!("{path} may return a new value {after} that agents do not expect.")
+        }
         (ChangeType::EnumRemoved, false) => format!("{path} accepts any value now."),
         (ChangeType::EnumRemoved, true) => format!("{path} may return values outside the old list."),
         (ChangeType::ConstraintTightened, false) => {
@@ -50,9 +70,15 @@ pub fn consequence(change: &SchemaChange) -> String {
         (ChangeType::ConstraintTightened, true) => format!("{path} values are more constrained than before."),
         (ChangeType::ConstraintRelaxed, false) => format!("{path} is less constrained than before."),
         (ChangeType::ConstraintRelaxed, true) => format!("{path} may return values agents did not expect."),
-        (ChangeType::PatternChanged, _) => format!("The pattern of {path} changed; check that calls still match."),
-        (ChangeType::FormatChanged, _) => format!("The format of {path} changed; check how values are written."),
-        (ChangeType::DefaultChanged, _) => format!("Calls that omit {path} now get {after} instead of {before}."),
+        (ChangeType::PatternChanged, _) => {
+            format!("The pattern of {path} changed; check that calls still match.")
+        }
+        (ChangeType::FormatChanged, _) => {
+            format!("The format of {path} changed; check how values are written.")
+        }
+        (ChangeType::DefaultChanged, _) => {
+            format!("Calls that omit {path} now get {after} instead of {before}.")
+        }
         (ChangeType::DescriptionChanged, _) => {
             "The model reads this description: review it before trusting the tool.".to_owned()
         }
@@ -63,7 +89,9 @@ pub fn consequence(change: &SchemaChange) -> String {
         (ChangeType::AnnotationsChanged, _) => {
             "Behaviour hints changed; clients may now treat the tool differently.".to_owned()
         }
-        (ChangeType::OutputSchemaAdded, _) => format!("Results of {tool} are now described by an output schema."),
+        (ChangeType::OutputSchemaAdded, _) => {
+            format!("Results of {tool} are now described by an output schema.")
+        }
         (ChangeType::OutputSchemaRemoved, _) => {
             format!("Results of {tool} are no longer described by an output schema.")
         }

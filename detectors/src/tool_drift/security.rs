@@ -134,7 +134,9 @@ fn find_word(text: &str, word: &str) -> Option<usize> {
         let after = text[at + word.len()..].chars().next();
         let starts_ident = word.chars().next().is_some_and(is_ident);
         let ends_ident = word.chars().next_back().is_some_and(is_ident);
-        !(starts_ident && before.is_some_and(is_ident)) && !(ends_ident && after.is_some_and(is_ident))
+        let glued_before = starts_ident && before.is_some_and(is_ident);
+        let glued_after = ends_ident && after.is_some_and(is_ident);
+        !(glued_before || glued_after)
     })
 }
 
