@@ -118,7 +118,7 @@ fn depth_limit_is_128_containers() {
     // Depth counts everywhere, also in elements the shape ignores.
     check(&format!("[1,{}]", nested_arrays(DEPTH_LIMIT)), "<too_deep>");
     // Syntax errors win over depth.
-    check(&format!("{}", "[".repeat(200)), "<unparseable>");
+    check(&"[".repeat(200), "<unparseable>");
 }
 
 #[test]
