@@ -24,7 +24,9 @@ build:
 test: toolchain
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
-	$(CARGO) test --workspace --locked
+	@mkdir -p target
+	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log
+	@awk '/^test result:/ { p += $$4; f += $$6 } END { print p " passed, " f " failed" }' target/test.log
 
 # rustfmt and clippy ship with the machine's rustup toolchain; add them only where they are missing.
 toolchain:
