@@ -1,6 +1,8 @@
 //! `driftline`: one binary for the service stages and the command-line tools.
 
 mod cli;
+mod config;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -12,7 +14,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::from(cli::EXIT_USAGE)
+            ExitCode::from(cli::exit_code_of(&err))
         }
     }
 }

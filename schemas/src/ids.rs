@@ -15,6 +15,7 @@ pub enum OutputKind {
     SchemaDriftEvent,
     ShapeDriftSignal,
     BaselineAcceptance,
+    ToolCall,
 }
 
 impl OutputKind {
@@ -23,6 +24,7 @@ impl OutputKind {
             OutputKind::SchemaDriftEvent => "drift",
             OutputKind::ShapeDriftSignal => "shape",
             OutputKind::BaselineAcceptance => "accept",
+            OutputKind::ToolCall => "call",
         }
     }
 }

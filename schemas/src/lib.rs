@@ -4,6 +4,8 @@
 //! crate. The two input messages also have versioned JSON Schemas under `schemas/json/`, because other
 //! producers may publish them without our ingest service (DESIGN.md §8).
 
+pub mod api;
+mod commands;
 mod ids;
 mod shape_signal;
 mod span;
@@ -12,6 +14,7 @@ mod time;
 mod tool_drift;
 mod tool_list;
 
+pub use commands::OperatorCommand;
 pub use ids::{derive_id, InputPosition, OutputKind};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason};
 pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};

@@ -60,7 +60,17 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     };
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&output)?),
-        Format::Text => print!("{}", render_text(&output)),
+        Format::Text => {
+            print!(
+                "{}",
+                render_changes(
+                    &output.previous_hash,
+                    &output.current_hash,
+                    output.changes,
+                    &Default::default()
+                )
+            )
+        }
     }
     let failed = match (args.fail_on, output.max_classification) {
         (Some(fail_on), Some(worst)) => worst >= fail_on.threshold(),
@@ -88,11 +98,16 @@ fn load_tools(path: &Path) -> anyhow::Result<Vec<Value>> {
     }
 }
 
-fn render_text(output: &DiffOutput<'_>) -> String {
+/// The drift report people read; `impact` holds lines to print under the changes of each tool.
+pub fn render_changes(
+    previous_hash: &str,
+    current_hash: &str,
+    changes: &[SchemaChange],
+    impact: &std::collections::BTreeMap<String, Vec<String>>,
+) -> String {
     let mut out = String::new();
-    let changes = output.changes;
     if changes.is_empty() {
-        out.push_str(&format!("No drift: schema hash {} unchanged.\n", output.current_hash));
+        out.push_str(&format!("No drift: schema hash {current_hash} unchanged.\n"));
         return out;
     }
     let count = |c: Classification| changes.iter().filter(|ch| ch.classification == c).count();
@@ -104,8 +119,8 @@ fn render_text(output: &DiffOutput<'_>) -> String {
             .collect();
     out.push_str(&format!(
         "Schema drift {} → {}: {} change{} ({})\n",
-        output.previous_hash,
-        output.current_hash,
+        previous_hash,
+        current_hash,
         changes.len(),
         if changes.len() == 1 { "" } else { "s" },
         summary.join(", ")
@@ -136,6 +151,11 @@ fn render_text(output: &DiffOutput<'_>) -> String {
             out.push_str(&format!("  {:<10} after:  {}\n", "", compact(&change.after)));
         }
         out.push_str(&format!("  {:<10} {}\n", "", consequence(change)));
+        if change.classification != Classification::Compatible {
+            for line in impact.get(&change.tool_name).into_iter().flatten() {
+                out.push_str(&format!("  {:<10} Impact: {line}\n", ""));
+            }
+        }
         for flag in &change.security_flags {
             out.push_str(&format!(
                 "  {:<10} ⚠ security {} ({}): {}\n",

@@ -1,6 +1,8 @@
 //! Command-line interface. Exit codes are the same for every output format:
 //! 0 success; 1 `diff` found a change at or above `--fail-on`; 2 usage, input or I/O error.
 
+mod client;
+mod demo;
 mod diff;
 mod replay;
 mod shape;
@@ -31,6 +33,63 @@ enum Command {
     Diff(diff::DiffArgs),
     /// Run the return-shape detector over a file of spans (JSON Lines) and print its signals.
     Replay(replay::ReplayArgs),
+    /// Run ingest, the detectors and the API in one process (embedded bus and SQLite store).
+    Serve(ServeArgs),
+    /// Server health: status, tools, schema hash, open drift (exit 1 when a server is not UP).
+    Health {
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
+    /// The newest drift of a server as a structural diff, with the agents it affects.
+    Drift {
+        server: String,
+        #[arg(long, default_value_t = 24)]
+        hours: u32,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
+    /// Which agents call a tool, how often, how many fail, and their risk.
+    DriftImpact {
+        server: String,
+        #[arg(long)]
+        tool: String,
+        #[arg(long, default_value_t = 24)]
+        hours: u32,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
+    /// Accept a server's newest tool list as its baseline (admin key).
+    DriftAccept {
+        server: String,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
+    /// The tools a server declares, with their parameters.
+    Schema {
+        server: String,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
+    /// Send a scripted scenario to a running server and show what driftline sees.
+    Demo {
+        #[command(flatten)]
+        connection: client::Connection,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Configuration file (default: ./driftline.toml when present).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// Overrides server.bind.
+    #[arg(long)]
+    bind: Option<String>,
+    /// Overrides storage.data_dir.
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -45,6 +104,21 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Shape(args) => shape::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Serve(args) => serve(args),
+        Command::Health { server, connection } => {
+            client::health(&client::Api::new(connection), server.as_deref())
+        }
+        Command::Drift { server, hours, connection } => {
+            client::drift(&client::Api::new(connection), &server, hours)
+        }
+        Command::DriftImpact { server, tool, hours, connection } => {
+            client::drift_impact(&client::Api::new(connection), &server, &tool, hours)
+        }
+        Command::DriftAccept { server, connection } => {
+            client::drift_accept(&client::Api::new(connection), &server)
+        }
+        Command::Schema { server, connection } => client::schema(&client::Api::new(connection), &server),
+        Command::Demo { connection } => demo::run(&client::Api::new(connection)),
     }
 }
 
@@ -61,4 +135,38 @@ fn read_stdin() -> anyhow::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     std::io::stdin().read_to_end(&mut bytes).context("cannot read standard input")?;
     Ok(bytes)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut config = crate::config::Config::load(args.config.as_deref())?;
+    if let Some(bind) = args.bind {
+        config.server.bind = bind;
+    }
+    if let Some(dir) = args.data_dir {
+        config.storage.data_dir = dir;
+    }
+    config.validate()?;
+    init_logging(&config.log);
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(crate::serve::serve(config))?;
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+fn init_logging(log: &crate::config::LogConfig) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match log.format {
+        crate::config::LogFormat::Json => builder.json().try_init(),
+        crate::config::LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Usage and input errors exit 2; a server that cannot be reached or answers with an error exits 3.
+pub fn exit_code_of(err: &anyhow::Error) -> u8 {
+    if err.downcast_ref::<client::Unreachable>().is_some() {
+        client::EXIT_UNREACHABLE
+    } else {
+        EXIT_USAGE
+    }
 }

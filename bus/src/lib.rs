@@ -1,0 +1,84 @@
+//! The seam between ingest and the detectors (DESIGN.md §1, §8): keyed records, ordered per key, durable
+//! once `publish` returns. The embedded implementation is a log in SQLite; the Kafka one plugs in behind
+//! the same traits.
+
+mod sqlite;
+
+use async_trait::async_trait;
+use driftline_schemas::{InputPosition, Timestamp};
+
+pub use sqlite::SqliteBus;
+
+/// The topics of DESIGN.md §8 (without the `driftline.` prefix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Topic {
+    /// ToolListSnapshot, key `project/server`.
+    ToolLists,
+    /// ToolCallRecord (or a raw ToolCallSpan from another producer), key `project/server/tool`.
+    Spans,
+    /// Operator commands (accept a baseline, change thresholds), key `project/server` or `project`.
+    Commands,
+}
+
+impl Topic {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Topic::ToolLists => "tool-lists",
+            Topic::Spans => "spans",
+            Topic::Commands => "commands",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Topic> {
+        [Topic::ToolLists, Topic::Spans, Topic::Commands].into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+/// A record to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub topic: Topic,
+    pub key: String,
+    pub payload: Vec<u8>,
+}
+
+/// A record as a consumer receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub topic: Topic,
+    pub key: String,
+    pub payload: Vec<u8>,
+    pub position: InputPosition,
+    /// When the bus accepted the record: the ingest time that `detected_at` reports.
+    pub appended_at: Timestamp,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("bus storage failed: {0}")]
+    Storage(#[from] rusqlite::Error),
+    #[error("bus is unavailable: {0}")]
+    Unavailable(String),
+    #[error("corrupt record at offset {offset}: {reason}")]
+    Corrupt { offset: u64, reason: String },
+}
+
+/// Publishes records; when `publish` returns Ok every record is durable (acknowledged data is never lost).
+#[async_trait]
+pub trait Producer: Send + Sync {
+    /// Appends all messages, in order, or none of them.
+    async fn publish(&self, messages: Vec<Message>) -> Result<(), BusError>;
+}
+
+/// Reads records in order, from a position the caller keeps (with its outputs, so a restart resumes
+/// exactly where the last durable batch ended).
+#[async_trait]
+pub trait Consumer: Send {
+    /// Up to `max` records after `after` (everything when `None`), waiting up to `wait` for the first.
+    async fn poll(
+        &mut self,
+        after: Option<InputPosition>,
+        max: usize,
+        wait: std::time::Duration,
+    ) -> Result<Vec<Delivered>, BusError>;
+}

@@ -1,0 +1,214 @@
+//! HTTP ingest (DESIGN.md §7): validates spans and tool lists, computes return-value shapes at the edge
+//! (return values go no further), and publishes keyed records. 202 means the bus has the data durably.
+//! A batch is accepted or rejected whole; a rejection names every bad element.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{post, put};
+use axum::{Json, Router};
+use driftline_api::{valid_server_name, ApiError, Auth, Scope};
+use driftline_bus::{Message, Producer, Topic};
+use driftline_detectors::shape::record_from_span;
+use driftline_schemas::api::ErrorDetail;
+use driftline_schemas::{SnapshotSource, Timestamp, ToolCallSpan, ToolListSnapshot};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+/// Limits of one request (DESIGN.md §7).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_spans_per_batch: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_body_bytes: 5 * 1024 * 1024, max_spans_per_batch: 1000 }
+    }
+}
+
+#[derive(Clone)]
+pub struct IngestState {
+    pub producer: Arc<dyn Producer>,
+    pub auth: Arc<Auth>,
+    pub limits: Limits,
+    pub clock: fn() -> Timestamp,
+}
+
+pub fn router(state: IngestState) -> Router {
+    Router::new()
+        .route("/v1/spans", post(spans))
+        .route("/api/servers/{name}/tools", put(tool_list))
+        // Bodies are read (and limited) by the handlers, to answer 413 with a JSON body.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {limit} bytes"))
+    })
+}
+
+fn accepted(body: Value) -> Response {
+    (StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
+async fn spans(
+    State(state): State<IngestState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let who = state.auth.authorize(&headers, Scope::Ingest)?;
+    let bytes = read_body(body, state.limits.max_body_bytes).await?;
+    // Elements stay raw so a bad one can be named by index and return values are never parsed into trees.
+    let elements: Vec<&RawValue> = parse_body(&bytes, "a JSON array of spans")?;
+    if elements.len() > state.limits.max_spans_per_batch {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "{} spans in one request; at most {} are accepted",
+                elements.len(),
+                state.limits.max_spans_per_batch
+            ),
+        ));
+    }
+    let now = (state.clock)();
+    let mut messages = Vec::with_capacity(elements.len());
+    let mut problems = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        match read_span(element, &who.project) {
+            Ok(span) => {
+                let record = record_from_span(&span, &who.project, now);
+                match serde_json::to_vec(&record) {
+                    Ok(payload) => messages.push(Message { topic: Topic::Spans, key: record.key(), payload }),
+                    Err(err) => problems.push(ErrorDetail { index, reason: err.to_string() }),
+                }
+            }
+            Err(reason) => problems.push(ErrorDetail { index, reason }),
+        }
+    }
+    if !problems.is_empty() {
+        let error = format!("{} of {} spans are invalid; none were accepted", problems.len(), elements.len());
+        return Err(ApiError::bad_request(error).with_details(problems));
+    }
+    let count = messages.len();
+    state.producer.publish(messages).await?;
+    tracing::debug!(project = %who.project, spans = count, "spans accepted");
+    Ok(accepted(json!({"accepted": count})))
+}
+
+fn parse_body<'a, T: Deserialize<'a>>(bytes: &'a [u8], expected: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|err| {
+        let kind = if std::str::from_utf8(bytes).is_err() { "body is not UTF-8" } else { "malformed JSON" };
+        ApiError::bad_request(format!("{kind}: expected {expected}: {err}"))
+    })
+}
+
+fn read_span(element: &RawValue, project: &str) -> Result<ToolCallSpan, String> {
+    let span: ToolCallSpan = serde_json::from_str(element.get()).map_err(|err| err.to_string())?;
+    if span.span_id.is_empty() {
+        return Err("span_id must not be empty".into());
+    }
+    valid_server_name(&span.server).map_err(|err| err.body.error)?;
+    if span.tool.is_empty() || span.tool.len() > 256 {
+        return Err("tool must be 1-256 characters".into());
+    }
+    if !(span.duration_ms.is_finite() && span.duration_ms >= 0.0) {
+        return Err("duration_ms must be a number >= 0".into());
+    }
+    match &span.project {
+        Some(other) if other != project => {
+            Err(format!("project {other:?} does not match this API key's project"))
+        }
+        _ => Ok(span),
+    }
+}
+
+/// `PUT /api/servers/{name}/tools` accepts the tools array, `{"tools": [...], "captured_at": ...}`, or a
+/// JSON-RPC `tools/list` response (`{"result": {"tools": [...]}}`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrappedToolList {
+    tools: Vec<Value>,
+    #[serde(default)]
+    captured_at: Option<Timestamp>,
+    #[serde(default)]
+    source: Option<SnapshotSource>,
+}
+
+const TOOL_LIST_FORMS: &str = r#"the tools array, {"tools": [...], "captured_at": "<RFC 3339>"}, or a tools/list response {"result": {"tools": [...]}}"#;
+
+fn read_tool_list(bytes: &[u8], now: Timestamp) -> Result<(Vec<Value>, Timestamp, SnapshotSource), ApiError> {
+    let body: Value = parse_body(bytes, TOOL_LIST_FORMS)?;
+    match body {
+        Value::Array(tools) => Ok((tools, now, SnapshotSource::Api)),
+        Value::Object(mut object) if object.contains_key("result") => {
+            match object.remove("result").and_then(|mut r| r.get_mut("tools").map(Value::take)) {
+                Some(Value::Array(tools)) => Ok((tools, now, SnapshotSource::Api)),
+                _ => Err(ApiError::bad_request(format!("expected {TOOL_LIST_FORMS}"))),
+            }
+        }
+        object @ Value::Object(_) => {
+            let wrapped: WrappedToolList = serde_json::from_value(object)
+                .map_err(|err| ApiError::bad_request(format!("expected {TOOL_LIST_FORMS}: {err}")))?;
+            Ok((
+                wrapped.tools,
+                wrapped.captured_at.unwrap_or(now),
+                wrapped.source.unwrap_or(SnapshotSource::Api),
+            ))
+        }
+        _ => Err(ApiError::bad_request(format!("expected {TOOL_LIST_FORMS}"))),
+    }
+}
+
+async fn tool_list(
+    State(state): State<IngestState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let who = state.auth.authorize(&headers, Scope::Ingest)?;
+    valid_server_name(&name)?;
+    let bytes = read_body(body, state.limits.max_body_bytes).await?;
+    let (tools, captured_at, source) = read_tool_list(&bytes, (state.clock)())?;
+    let mut problems = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for (index, tool) in tools.iter().enumerate() {
+        let reason = match tool.get("name") {
+            _ if !tool.is_object() => Some("a tool must be a JSON object".to_owned()),
+            Some(Value::String(n)) if n.is_empty() => Some("name must not be empty".to_owned()),
+            Some(Value::String(n)) if !names.insert(n.clone()) => Some(format!("duplicate tool name {n:?}")),
+            Some(Value::String(_)) => None,
+            _ => Some("name must be a string".to_owned()),
+        };
+        if let Some(reason) = reason {
+            problems.push(ErrorDetail { index, reason });
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "{} of {} tools are invalid; the list was not accepted",
+            problems.len(),
+            tools.len()
+        ))
+        .with_details(problems));
+    }
+    let snapshot = ToolListSnapshot {
+        schema_version: driftline_schemas::SCHEMA_VERSION,
+        project: who.project.clone(),
+        server: name.clone(),
+        captured_at,
+        source,
+        tools,
+    };
+    let payload = serde_json::to_vec(&snapshot).map_err(|err| ApiError::bad_request(err.to_string()))?;
+    let count = snapshot.tools.len();
+    state.producer.publish(vec![Message { topic: Topic::ToolLists, key: snapshot.key(), payload }]).await?;
+    Ok(accepted(json!({"server": name, "tools": count})))
+}

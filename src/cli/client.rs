@@ -1,0 +1,325 @@
+//! Client commands against a running server (`--url`, `--api-key`, or `DRIFTLINE_URL`,
+//! `DRIFTLINE_API_KEY`). Exit codes: 0 ok; 1 the answer reports a problem (`health`: a server is not UP;
+//! `drift`: an open BREAKING event); 2 usage; 3 the server could not be reached or answered with an error.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use comfy_table::{presets, Table};
+use driftline_schemas::api::{AcceptResult, DriftHistory, DriftImpact, ServerHealth, ToolSchema};
+use driftline_schemas::{Classification, EventStatus, ServerStatus};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{Format, EXIT_DRIFT, EXIT_OK};
+
+pub const EXIT_UNREACHABLE: u8 = 3;
+
+#[derive(Debug, Clone, Args)]
+pub struct Connection {
+    /// Server address.
+    #[arg(long, env = "DRIFTLINE_URL", default_value = "http://127.0.0.1:8000", global = true)]
+    pub url: String,
+    /// API key (sent as `Authorization: Bearer …`).
+    #[arg(long, env = "DRIFTLINE_API_KEY", global = true, hide_env_values = true)]
+    pub api_key: Option<String>,
+    #[arg(long, value_enum, default_value_t, global = true)]
+    pub format: Format,
+}
+
+/// A failure that is the server's, not the user's: exit 3.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreachable(pub String);
+
+pub struct Api {
+    connection: Connection,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    pub fn new(connection: Connection) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        Api { connection, agent }
+    }
+
+    pub fn format(&self) -> Format {
+        self.connection.format
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.connection.url.trim_end_matches('/'))
+    }
+
+    fn finish(
+        &self,
+        what: &str,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut response = response.map_err(|err| {
+            Unreachable(format!("cannot reach driftline at {}: {err}", self.connection.url))
+        })?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status >= 400 {
+            let message = body
+                .get("error")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .unwrap_or_else(|| body.to_string());
+            return Err(Unreachable(format!("{what} failed: HTTP {status}: {message}")).into());
+        }
+        Ok((status, body))
+    }
+
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let mut request = self.agent.get(self.url(path));
+        if let Some(key) = &self.connection.api_key {
+            request = request.header("Authorization", format!("Bearer {key}"));
+        }
+        let (_, body) = self.finish(&format!("GET {path}"), request.call())?;
+        serde_json::from_value(body).with_context(|| format!("unexpected answer from GET {path}"))
+    }
+
+    pub fn send(&self, method: &str, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let url = self.url(path);
+        let mut request = if method == "PUT" { self.agent.put(url) } else { self.agent.post(url) };
+        request = request.header("Content-Type", "application/json");
+        if let Some(key) = &self.connection.api_key {
+            request = request.header("Authorization", format!("Bearer {key}"));
+        }
+        self.finish(&format!("{method} {path}"), request.send(body.to_string().as_bytes()))
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub fn health(api: &Api, server: Option<&str>) -> anyhow::Result<ExitCode> {
+    let servers: Vec<ServerHealth> = match server {
+        Some(name) => vec![api.get(&format!("/api/health/servers/{name}"))?],
+        None => api.get("/api/health/servers")?,
+    };
+    let healthy = servers.iter().filter(|s| s.status == ServerStatus::Up).count();
+    match api.format() {
+        Format::Json => print_json(&servers)?,
+        Format::Text => println!("{}", health_table(&servers)),
+    }
+    Ok(ExitCode::from(if healthy == servers.len() { EXIT_OK } else { EXIT_DRIFT }))
+}
+
+pub fn health_table(servers: &[ServerHealth]) -> String {
+    let mut table = Table::new();
+    table.load_preset(presets::NOTHING).set_header(["SERVER", "STATUS", "LATENCY", "TOOLS", "HASH", "NOTE"]);
+    for server in servers {
+        let status = serde_json::to_value(server.status)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        let mut note = server.note.clone().unwrap_or_default();
+        let drift = server.open_drift;
+        if drift.breaking + drift.warning + drift.compatible > 0 {
+            note = format!(
+                "{note} ({} breaking, {} warning, {} compatible open)",
+                drift.breaking, drift.warning, drift.compatible
+            );
+        }
+        if server.max_severity == Some(driftline_schemas::Severity::High) {
+            note = format!("⚠ HIGH-SEVERITY SECURITY FLAG · {note}");
+        }
+        table.add_row([
+            server.server_name.clone(),
+            status,
+            server.latency_ms.map_or_else(|| "-".into(), |ms| format!("{ms:.0} ms")),
+            server.tool_count.to_string(),
+            server.schema_hash.clone().unwrap_or_else(|| "-".into()),
+            note.trim().to_owned(),
+        ]);
+    }
+    let healthy = servers.iter().filter(|s| s.status == ServerStatus::Up).count();
+    format!("{table}\n{healthy}/{} servers healthy", servers.len())
+}
+
+/// The newest drift event of a server as a structural diff, with the agents each change affects.
+pub fn drift(api: &Api, server: &str, hours: u32) -> anyhow::Result<ExitCode> {
+    let history: DriftHistory = api.get(&format!("/api/health/servers/{server}/drift-history?limit=1"))?;
+    let Some(event) = history.events.first() else {
+        match api.format() {
+            Format::Json => print_json(&Value::Null)?,
+            Format::Text => println!("No drift recorded for {server}."),
+        }
+        return Ok(ExitCode::from(EXIT_OK));
+    };
+    let mut impact: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut impacts = Vec::new();
+    let tools: std::collections::BTreeSet<&str> = event
+        .changes
+        .iter()
+        .filter(|c| c.classification != Classification::Compatible)
+        .map(|c| c.tool_name.as_str())
+        .collect();
+    for tool in tools {
+        let answer: DriftImpact =
+            api.get(&format!("/api/health/servers/{server}/drift-impact?tool_name={tool}&hours={hours}"))?;
+        impact.insert(tool.to_owned(), impact_lines(&answer));
+        impacts.push(answer);
+    }
+    match api.format() {
+        Format::Json => print_json(&serde_json::json!({"event": event, "impact": impacts}))?,
+        Format::Text => {
+            let status = match event.status {
+                EventStatus::Open => "open".to_owned(),
+                EventStatus::Accepted => {
+                    format!("accepted by {}", event.accepted_by.as_deref().unwrap_or("?"))
+                }
+                EventStatus::Reverted => "reverted".to_owned(),
+            };
+            println!("{server} · detected {} · {status}", event.detected_at);
+            print!(
+                "{}",
+                super::diff::render_changes(
+                    &event.previous_hash,
+                    &event.current_hash,
+                    &event.changes,
+                    &impact
+                )
+            );
+        }
+    }
+    let breaking_open =
+        event.status == EventStatus::Open && event.max_classification == Some(Classification::Breaking);
+    Ok(ExitCode::from(if breaking_open { EXIT_DRIFT } else { EXIT_OK }))
+}
+
+fn impact_lines(impact: &DriftImpact) -> Vec<String> {
+    if impact.consumers.is_empty() {
+        return vec![impact.message.clone().unwrap_or_default()];
+    }
+    impact
+        .consumers
+        .iter()
+        .map(|c| {
+            let risk = serde_json::to_value(c.risk)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            format!(
+                "{} — {} sessions, {} calls, {} errors in {}h ({risk} risk)",
+                c.agent_name, c.session_count, c.call_count, c.error_count, impact.window_hours
+            )
+        })
+        .collect()
+}
+
+pub fn drift_impact(api: &Api, server: &str, tool: &str, hours: u32) -> anyhow::Result<ExitCode> {
+    let impact: DriftImpact =
+        api.get(&format!("/api/health/servers/{server}/drift-impact?tool_name={tool}&hours={hours}"))?;
+    match api.format() {
+        Format::Json => print_json(&impact)?,
+        Format::Text => {
+            println!(
+                "{server} · {tool} · last {}h · {} sessions",
+                impact.window_hours, impact.total_sessions
+            );
+            if let Some(message) = &impact.message {
+                println!("{message}");
+            } else {
+                let mut table = Table::new();
+                table.load_preset(presets::NOTHING).set_header([
+                    "AGENT",
+                    "SESSIONS",
+                    "CALLS",
+                    "ERRORS",
+                    "AVG LATENCY",
+                    "LAST CALL",
+                    "RISK",
+                ]);
+                for c in &impact.consumers {
+                    let risk = serde_json::to_value(c.risk)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default();
+                    table.add_row([
+                        c.agent_name.clone(),
+                        c.session_count.to_string(),
+                        c.call_count.to_string(),
+                        c.error_count.to_string(),
+                        format!("{:.0} ms", c.avg_latency_ms),
+                        c.last_called_at.to_string(),
+                        risk,
+                    ]);
+                }
+                println!("{table}");
+            }
+        }
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+pub fn drift_accept(api: &Api, server: &str) -> anyhow::Result<ExitCode> {
+    let (status, body) =
+        api.send("POST", &format!("/api/health/servers/{server}/drift-accept"), &Value::Null)?;
+    match api.format() {
+        Format::Json => print_json(&body)?,
+        Format::Text if status == 202 => {
+            println!("Accept of {server} is queued; it applies in order with the data.")
+        }
+        Format::Text => {
+            let result: AcceptResult =
+                serde_json::from_value(body).context("unexpected answer from drift-accept")?;
+            if result.accepted {
+                println!(
+                    "Accepted {server}: baseline {} → {} ({} event{} accepted by {}).",
+                    result.previous_hash.unwrap_or_default(),
+                    result.new_hash.unwrap_or_default(),
+                    result.event_ids.len(),
+                    if result.event_ids.len() == 1 { "" } else { "s" },
+                    result.accepted_by
+                );
+            } else {
+                println!("Nothing to accept: {server} matches its baseline.");
+            }
+        }
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+pub fn schema(api: &Api, server: &str) -> anyhow::Result<ExitCode> {
+    let tools: Vec<ToolSchema> = api.get(&format!("/api/servers/{server}/tools"))?;
+    match api.format() {
+        Format::Json => print_json(&tools)?,
+        Format::Text => {
+            println!("{server} · {} tools", tools.len());
+            for tool in &tools {
+                println!("\n  {}  {}", tool.tool_name, tool.description.as_deref().unwrap_or(""));
+                let required: Vec<&str> = tool.input_schema["required"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                for (name, param) in tool.input_schema["properties"].as_object().into_iter().flatten() {
+                    let kind = match &param["type"] {
+                        Value::String(t) => t.clone(),
+                        Value::Null => "any".into(),
+                        other => other.to_string(),
+                    };
+                    let badge = if required.contains(&name.as_str()) { "required" } else { "optional" };
+                    let description = param["description"].as_str().unwrap_or("");
+                    println!("    {name:<20} {kind:<10} {badge:<9} {description}");
+                }
+            }
+        }
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}

@@ -1,0 +1,200 @@
+//! One typed configuration tree (DESIGN.md §10): defaults, then an optional `driftline.toml`, then
+//! `DRIFTLINE__SECTION__KEY` environment variables. Unknown keys are an error; everything is validated
+//! before anything starts, with a message that names the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use driftline_api::ApiKey;
+use driftline_detectors::tool_drift::BaselinePolicy;
+use driftline_schemas::DetectorThresholds;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub auth: AuthConfig,
+    pub detector: DetectorConfig,
+    pub limits: LimitsConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address of the one HTTP port (ingest, API). Without API keys it must be a loopback address.
+    pub bind: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig { bind: "127.0.0.1:8000".into() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BusKind {
+    /// A durable log in SQLite inside the process.
+    #[default]
+    Embedded,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Sqlite,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    pub data_dir: PathBuf,
+    pub bus: BusKind,
+    pub store: StoreKind,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            data_dir: PathBuf::from("./driftline-data"),
+            bus: BusKind::Embedded,
+            store: StoreKind::Sqlite,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// `[[auth.keys]] project = "…", scopes = ["ingest", "read", "admin"], sha256 = "<hex of the key>"`.
+    pub keys: Vec<ApiKey>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectorConfig {
+    /// Defaults for projects that never changed their thresholds through the API.
+    pub min_history_calls: u32,
+    pub history_window: u32,
+    pub tool_return_value_max_bytes: u32,
+    /// `manual` (an operator accepts each new tool list) or `auto`.
+    pub baseline: BaselinePolicy,
+    /// Sessions at which an agent calling a tool with open breaking or warning drift is HIGH risk.
+    pub high_risk_sessions: u64,
+}
+
+impl Default for DetectorConfig {
+    fn default() -> Self {
+        let t = DetectorThresholds::default();
+        DetectorConfig {
+            min_history_calls: t.min_history_calls,
+            history_window: t.history_window,
+            tool_return_value_max_bytes: t.tool_return_value_max_bytes,
+            baseline: BaselinePolicy::Manual,
+            high_risk_sessions: 10,
+        }
+    }
+}
+
+impl DetectorConfig {
+    pub fn thresholds(&self) -> DetectorThresholds {
+        DetectorThresholds {
+            min_history_calls: self.min_history_calls,
+            history_window: self.history_window,
+            tool_return_value_max_bytes: self.tool_return_value_max_bytes,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub max_body_bytes: usize,
+    pub max_spans_per_batch: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig { max_body_bytes: 5 * 1024 * 1024, max_spans_per_batch: 1000 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A tracing filter: `info`, `driftline_worker=debug,info`, …
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { format: LogFormat::Text, level: "info".into() }
+    }
+}
+
+impl Config {
+    /// Reads `file` (required when given explicitly, else `./driftline.toml` if present) and the environment.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
+        let mut builder = config::Config::builder();
+        match file {
+            Some(path) => builder = builder.add_source(config::File::from(path).required(true)),
+            None => builder = builder.add_source(config::File::with_name("driftline.toml").required(false)),
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix("DRIFTLINE")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true),
+        );
+        let config: Config = builder
+            .build()
+            .context("cannot read the configuration")?
+            .try_deserialize()
+            .map_err(|err| anyhow::anyhow!("invalid configuration: {err}"))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let bind = self.bind_address()?;
+        if self.auth.keys.is_empty() && !bind.ip().is_loopback() {
+            bail!(
+                "server.bind = {bind} is not a loopback address and no API keys are configured: \
+                 add [[auth.keys]] or bind 127.0.0.1"
+            );
+        }
+        for (index, key) in self.auth.keys.iter().enumerate() {
+            if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");
+            }
+            if key.project.is_empty() || key.scopes.is_empty() {
+                bail!("auth.keys[{index}] needs a project and at least one scope");
+            }
+        }
+        self.detector.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
+        if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {
+            bail!("limits.max_spans_per_batch and limits.max_body_bytes must be at least 1");
+        }
+        Ok(())
+    }
+
+    pub fn bind_address(&self) -> anyhow::Result<SocketAddr> {
+        self.server.bind.parse().with_context(|| {
+            format!("server.bind = {:?} is not an address like 127.0.0.1:8000", self.server.bind)
+        })
+    }
+}

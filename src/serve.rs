@@ -1,0 +1,93 @@
+//! `driftline serve`: ingest, the detector worker and the API in one process on embedded defaults.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use driftline_api::{ApiState, Auth};
+use driftline_bus::SqliteBus;
+use driftline_ingest::{IngestState, Limits};
+use driftline_schemas::Timestamp;
+use driftline_store::SqliteStore;
+use driftline_worker::{Worker, WorkerSettings};
+
+use crate::config::Config;
+
+pub fn now() -> Timestamp {
+    Timestamp::from(chrono::Utc::now())
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let data_dir = &config.storage.data_dir;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create storage.data_dir {}", data_dir.display()))?;
+    let bus = SqliteBus::open(&data_dir.join("bus.db"), now_ms).context("cannot open the embedded bus")?;
+    let store = Arc::new(SqliteStore::open(&data_dir.join("driftline.db")).context("cannot open the store")?);
+    let settings = WorkerSettings {
+        thresholds: config.detector.thresholds(),
+        baseline_policy: config.detector.baseline,
+    };
+    let worker = Worker::resume(bus.consumer(), store.clone(), settings).await?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let worker_task = tokio::spawn(worker.run(stopped));
+
+    let auth = Arc::new(Auth::new(config.auth.keys.clone()));
+    let producer: Arc<dyn driftline_bus::Producer> = Arc::new(bus);
+    let ingest = driftline_ingest::router(IngestState {
+        producer: producer.clone(),
+        auth: auth.clone(),
+        limits: Limits {
+            max_body_bytes: config.limits.max_body_bytes,
+            max_spans_per_batch: config.limits.max_spans_per_batch,
+        },
+        clock: now,
+    });
+    let api = driftline_api::router(ApiState {
+        store,
+        producer,
+        auth,
+        default_thresholds: config.detector.thresholds(),
+        high_risk_sessions: config.detector.high_risk_sessions,
+        command_wait: Duration::from_secs(5),
+        clock: now,
+    });
+    let listener = tokio::net::TcpListener::bind(config.bind_address()?)
+        .await
+        .with_context(|| format!("cannot listen on server.bind = {}", config.server.bind))?;
+    let address = listener.local_addr()?;
+    // The first line on stdout says where to reach the server (tests and scripts read it).
+    println!("driftline listening on http://{address}");
+    tracing::info!(%address, data_dir = %data_dir.display(), "driftline serving");
+    axum::serve(listener, ingest.merge(api)).with_graceful_shutdown(shutdown_signal()).await?;
+    // Requests are drained; let the worker finish the batch it holds, then stop.
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), worker_task).await;
+    tracing::info!("driftline stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutdown requested");
+}

@@ -1,0 +1,171 @@
+//! Where detector outputs and state live, and the queries the API answers (DESIGN.md §7, §8).
+//!
+//! The worker hands over one [`Batch`] per run of input records: outputs, changed detector state, and the
+//! input position they include. The store writes it atomically (or idempotently, by id), so a restart
+//! resumes exactly after the last stored position and queries never see an event twice.
+
+mod sqlite;
+
+use async_trait::async_trait;
+use driftline_schemas::api::{
+    DriftImpact, OutcomeCounts, ReturnValueStats, ServerHealth, ShapeState, SignalGroup, ToolSchema,
+    ToolShape, ToolSummary,
+};
+use driftline_schemas::{
+    DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus, ShapeDriftSignal,
+    Timestamp, ToolCallRecord,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use driftline_detectors::tool_drift::BaselineAcceptance;
+pub use sqlite::SqliteStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store database error: {0}")]
+    Database(#[from] rusqlite::Error),
+    #[error("store holds malformed data: {0}")]
+    Corrupt(String),
+    #[error("store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(err: serde_json::Error) -> Self {
+        StoreError::Corrupt(err.to_string())
+    }
+}
+
+/// The server row the health endpoints read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerRow {
+    pub project: String,
+    pub server_name: String,
+    pub status: ServerStatus,
+    pub schema_hash: Option<String>,
+    pub tool_count: u32,
+    pub last_seen: Option<Timestamp>,
+    pub note: Option<String>,
+}
+
+/// A tool's shape status as the worker last computed it (signal groups are read separately).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolShapeRow {
+    pub project: String,
+    pub shape: ToolShape,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventUpdate {
+    pub id: String,
+    pub status: EventStatus,
+    pub by: Option<String>,
+    pub at: Timestamp,
+}
+
+/// Everything one run of the worker produced. Written in one transaction.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The last input position these outputs include.
+    pub position: Option<InputPosition>,
+    /// Changed detector state: (`server` | `tool`, key, JSON).
+    pub states: Vec<(String, String, String)>,
+    pub events: Vec<SchemaDriftEvent>,
+    pub event_updates: Vec<EventUpdate>,
+    pub acceptances: Vec<BaselineAcceptance>,
+    pub servers: Vec<ServerRow>,
+    /// A snapshot's tools replace the server's rows: (project, server, captured_at, tools).
+    pub tool_lists: Vec<(String, String, Timestamp, String, Vec<Value>)>,
+    /// (id, record).
+    pub calls: Vec<(String, ToolCallRecord)>,
+    pub signals: Vec<ShapeDriftSignal>,
+    pub tool_shapes: Vec<ToolShapeRow>,
+    pub settings: Vec<(String, DetectorThresholds)>,
+    /// (command id, result).
+    pub applied_commands: Vec<(String, Timestamp, Value)>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.position.is_none() && self.states.is_empty() && self.applied_commands.is_empty()
+    }
+}
+
+/// What a worker needs to resume: its position and every detector state and setting.
+#[derive(Debug, Default)]
+pub struct Resume {
+    pub position: Option<InputPosition>,
+    pub states: Vec<(String, String, String)>,
+    pub settings: Vec<(String, DetectorThresholds)>,
+}
+
+/// Parameters of the impact query.
+#[derive(Debug, Clone, Copy)]
+pub struct ImpactQuery<'a> {
+    pub project: &'a str,
+    pub server: &'a str,
+    pub tool: &'a str,
+    pub hours: u32,
+    pub now: Timestamp,
+    /// Sessions at or above which an agent calling a tool with open breaking or warning changes is HIGH.
+    pub high_risk_sessions: u64,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    async fn apply(&self, batch: Batch) -> Result<(), StoreError>;
+    async fn resume(&self) -> Result<Resume, StoreError>;
+
+    async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError>;
+    async fn drift_history(
+        &self,
+        project: &str,
+        server: &str,
+        limit: u32,
+    ) -> Result<Vec<SchemaDriftEvent>, StoreError>;
+    async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError>;
+    async fn tool_schemas(&self, project: &str, server: &str) -> Result<Vec<ToolSchema>, StoreError>;
+    async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError>;
+    async fn tool_shape(
+        &self,
+        project: &str,
+        server: &str,
+        tool: &str,
+    ) -> Result<Option<ToolShape>, StoreError>;
+    async fn shape_drift(
+        &self,
+        project: &str,
+        hours: u32,
+        now: Timestamp,
+    ) -> Result<Vec<SignalGroup>, StoreError>;
+    async fn thresholds(&self, project: &str) -> Result<Option<DetectorThresholds>, StoreError>;
+    async fn return_value_stats(
+        &self,
+        project: &str,
+        hours: u32,
+        now: Timestamp,
+    ) -> Result<ReturnValueStats, StoreError>;
+    /// The result of an operator command, once a worker has applied it.
+    async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError>;
+    /// Whether the store answers at all (readiness).
+    async fn ping(&self) -> Result<(), StoreError>;
+}
+
+/// The empty shape view of a tool seen only in traces so far.
+pub fn priming_shape(server: &str, tool: &str, thresholds: &DetectorThresholds) -> ToolShape {
+    ToolShape {
+        server: server.to_owned(),
+        tool: tool.to_owned(),
+        state: ShapeState::Priming,
+        status: format!("priming 0/{}", thresholds.min_history_calls),
+        baseline_shape: None,
+        baseline_hash: None,
+        baseline_share: None,
+        window_size: 0,
+        min_history_calls: thresholds.min_history_calls,
+        history_window: thresholds.history_window,
+        telemetry: OutcomeCounts::default(),
+        signal_groups: Vec::new(),
+    }
+}

@@ -1,0 +1,780 @@
+//! The embedded store: SQLite (bundled), WAL, versioned migrations from `schemas/sqlite/`. One writer
+//! connection (the worker) and one reader connection (the API), so queries never wait on a write.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use driftline_schemas::api::{
+    DriftImpact, OpenDriftCounts, OutcomeCounts, ReturnValueStats, Risk, ServerHealth, SignalGroup,
+    ToolConsumer, ToolOutcomeStats, ToolSchema, ToolShape, ToolSummary, NO_RECENT_CALLERS,
+};
+use driftline_schemas::{
+    Classification, DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus,
+    ShapeDriftSignal, ShapeOutcome, Timestamp,
+};
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use serde_json::Value;
+
+use crate::{Batch, ImpactQuery, Resume, Store, StoreError};
+
+/// Migrations in order; the version is the position (1-based).
+const MIGRATIONS: &[&str] = &[include_str!("../../schemas/sqlite/0001_init.sql")];
+const WORKER: &str = "detectors";
+
+#[derive(Clone)]
+pub struct SqliteStore {
+    writer: Arc<Mutex<Connection>>,
+    reader: Arc<Mutex<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens the store at `path`, applying any migration not yet applied.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let writer = Connection::open(path)?;
+        writer.pragma_update(None, "journal_mode", "WAL")?;
+        writer.pragma_update(None, "synchronous", "FULL")?;
+        writer.busy_timeout(Duration::from_secs(5))?;
+        migrate(&writer)?;
+        let reader = Connection::open(path)?;
+        reader.busy_timeout(Duration::from_secs(5))?;
+        Ok(SqliteStore { writer: Arc::new(Mutex::new(writer)), reader: Arc::new(Mutex::new(reader)) })
+    }
+
+    async fn with<T: Send + 'static>(
+        connection: &Arc<Mutex<Connection>>,
+        work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let connection = connection.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard =
+                connection.lock().map_err(|_| StoreError::Unavailable("store lock poisoned".into()))?;
+            work(&mut guard)
+        })
+        .await
+        .map_err(|err| StoreError::Unavailable(format!("store task failed: {err}")))?
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        Self::with(&self.reader, work).await
+    }
+}
+
+/// Applies the migrations not yet recorded in `schema_migrations`, each in its own transaction.
+fn migrate(connection: &Connection) -> Result<(), StoreError> {
+    connection.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    )?;
+    let applied: i64 =
+        connection
+            .query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |row| row.get(0))?;
+    for (index, sql) in MIGRATIONS.iter().enumerate() {
+        let version = index as i64 + 1;
+        if version <= applied {
+            continue;
+        }
+        connection.execute_batch(&format!(
+            "BEGIN; {sql}; INSERT INTO schema_migrations (version, applied_at) VALUES ({version}, 0); COMMIT;"
+        ))?;
+    }
+    Ok(())
+}
+
+fn ms(at: Timestamp) -> i64 {
+    at.as_millis()
+}
+
+fn timestamp(millis: i64) -> Result<Timestamp, StoreError> {
+    Timestamp::from_millis(millis)
+        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {millis} out of range")))
+}
+
+fn text<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    Ok(serde_json::to_string(value)?)
+}
+
+/// The lowercase or uppercase wire name of a serde enum value.
+fn name<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    match serde_json::to_value(value)? {
+        Value::String(name) => Ok(name),
+        other => Err(StoreError::Corrupt(format!("expected a name, got {other}"))),
+    }
+}
+
+fn parse_name<T: serde::de::DeserializeOwned>(name: &str) -> Result<T, StoreError> {
+    Ok(serde_json::from_value(Value::String(name.to_owned()))?)
+}
+
+fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
+    for (kind, key, state) in &batch.states {
+        transaction.execute(
+            "INSERT INTO detector_state (kind, key, state) VALUES (?1, ?2, ?3)
+             ON CONFLICT (kind, key) DO UPDATE SET state = excluded.state",
+            params![kind, key, state],
+        )?;
+    }
+    for event in &batch.events {
+        transaction.execute(
+            "INSERT OR IGNORE INTO schema_drift_events (id, project, server_name, detected_at, previous_hash,
+                 current_hash, status, max_classification, max_severity, accepted_by, accepted_at, event)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                event.id,
+                event.project,
+                event.server_name,
+                ms(event.detected_at),
+                event.previous_hash,
+                event.current_hash,
+                name(&event.status)?,
+                event.max_classification.map(|c| c.as_str()),
+                event.max_severity.map(|s| s.as_str()),
+                event.accepted_by,
+                event.accepted_at.map(ms),
+                text(event)?,
+            ],
+        )?;
+    }
+    for update in &batch.event_updates {
+        transaction.execute(
+            "UPDATE schema_drift_events SET status = ?2, accepted_by = ?3, accepted_at = ?4 WHERE id = ?1",
+            params![
+                update.id,
+                name(&update.status)?,
+                update.by,
+                (update.status == EventStatus::Accepted).then(|| ms(update.at))
+            ],
+        )?;
+    }
+    for acceptance in &batch.acceptances {
+        transaction.execute(
+            "INSERT OR IGNORE INTO baseline_acceptances (id, project, server_name, previous_hash, new_hash,
+                 accepted_by, accepted_at, event_ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                acceptance.id,
+                acceptance.project,
+                acceptance.server_name,
+                acceptance.previous_hash,
+                acceptance.new_hash,
+                acceptance.accepted_by,
+                ms(acceptance.accepted_at),
+                text(&acceptance.event_ids)?,
+            ],
+        )?;
+    }
+    for server in &batch.servers {
+        transaction.execute(
+            "INSERT INTO servers (project, server_name, status, schema_hash, tool_count, last_seen, note)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (project, server_name) DO UPDATE SET status = excluded.status,
+                 schema_hash = excluded.schema_hash, tool_count = excluded.tool_count,
+                 last_seen = excluded.last_seen, note = excluded.note",
+            params![
+                server.project,
+                server.server_name,
+                name(&server.status)?,
+                server.schema_hash,
+                server.tool_count,
+                server.last_seen.map(ms),
+                server.note,
+            ],
+        )?;
+    }
+    for (project, server, captured_at, hash, tools) in &batch.tool_lists {
+        transaction.execute(
+            "DELETE FROM tool_schemas WHERE project = ?1 AND server_name = ?2",
+            params![project, server],
+        )?;
+        for tool in tools {
+            let Some(tool_name) = tool.get("name").and_then(Value::as_str) else { continue };
+            let input = tool.get("inputSchema").cloned().unwrap_or_else(|| Value::Object(Default::default()));
+            transaction.execute(
+                "INSERT OR REPLACE INTO tool_schemas (project, server_name, tool_name, description, input_schema,
+                     captured_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    project,
+                    server,
+                    tool_name,
+                    tool.get("description").and_then(Value::as_str),
+                    text(&input)?,
+                    ms(*captured_at)
+                ],
+            )?;
+        }
+        transaction.execute(
+            "INSERT OR IGNORE INTO server_snapshots (project, server_name, schema_hash, captured_at, tools)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![project, server, hash, ms(*captured_at), text(tools)?],
+        )?;
+    }
+    for (id, call) in &batch.calls {
+        transaction.execute(
+            "INSERT OR IGNORE INTO tool_calls (id, project, server, tool, span_id, session_id, agent_name,
+                 started_at, ingested_at, duration_ms, status, error, shape_outcome, shape_hash, compact_bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            params![
+                id,
+                call.project,
+                call.server,
+                call.tool,
+                call.span_id,
+                call.session_id,
+                call.agent_name,
+                ms(call.started_at),
+                ms(call.ingested_at),
+                call.duration_ms,
+                name(&call.status)?,
+                call.error,
+                call.shape_outcome.as_str(),
+                call.shape_hash,
+                call.compact_bytes.map(|b| b as i64),
+            ],
+        )?;
+    }
+    for signal in &batch.signals {
+        transaction.execute(
+            "INSERT OR IGNORE INTO shape_drift_signals (id, project, server, tool, detected_at, shape_hash, signal)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                signal.id,
+                signal.project,
+                signal.server,
+                signal.tool,
+                ms(signal.detected_at),
+                signal.shape_hash,
+                text(signal)?
+            ],
+        )?;
+    }
+    for row in &batch.tool_shapes {
+        transaction.execute(
+            "INSERT INTO tool_shapes (project, server, tool, shape) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (project, server, tool) DO UPDATE SET shape = excluded.shape",
+            params![row.project, row.shape.server, row.shape.tool, text(&row.shape)?],
+        )?;
+    }
+    for (project, thresholds) in &batch.settings {
+        transaction.execute(
+            "INSERT INTO settings (project, thresholds) VALUES (?1, ?2)
+             ON CONFLICT (project) DO UPDATE SET thresholds = excluded.thresholds",
+            params![project, text(thresholds)?],
+        )?;
+    }
+    for (id, at, result) in &batch.applied_commands {
+        transaction.execute(
+            "INSERT OR IGNORE INTO applied_commands (id, applied_at, result) VALUES (?1, ?2, ?3)",
+            params![id, ms(*at), text(result)?],
+        )?;
+    }
+    if let Some(position) = batch.position {
+        transaction.execute(
+            "INSERT INTO consumer_offsets (consumer, partition, offset) VALUES (?1, ?2, ?3)
+             ON CONFLICT (consumer) DO UPDATE SET partition = excluded.partition, offset = excluded.offset",
+            params![WORKER, position.partition, position.offset as i64],
+        )?;
+    }
+    Ok(())
+}
+
+fn open_counts(
+    connection: &Connection,
+    project: &str,
+) -> Result<HashMap<String, (OpenDriftCounts, Option<String>)>, StoreError> {
+    let mut select = connection.prepare_cached(
+        "SELECT server_name, max_classification, max_severity FROM schema_drift_events
+         WHERE project = ?1 AND status = 'open'",
+    )?;
+    let rows = select.query_map(params![project], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?, row.get::<_, Option<String>>(2)?))
+    })?;
+    let mut counts: HashMap<String, (OpenDriftCounts, Option<String>)> = HashMap::new();
+    for row in rows {
+        let (server, classification, severity) = row?;
+        let entry = counts.entry(server).or_default();
+        match classification.as_deref() {
+            Some("BREAKING") => entry.0.breaking += 1,
+            Some("WARNING") => entry.0.warning += 1,
+            Some("COMPATIBLE") => entry.0.compatible += 1,
+            _ => {}
+        }
+        let rank = |s: &Option<String>| match s.as_deref() {
+            Some("high") => 3,
+            Some("medium") => 2,
+            Some("low") => 1,
+            _ => 0,
+        };
+        if rank(&severity) > rank(&entry.1) {
+            entry.1 = severity;
+        }
+    }
+    Ok(counts)
+}
+
+fn signal_groups(
+    connection: &Connection,
+    project: &str,
+    filter: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> Result<Vec<SignalGroup>, StoreError> {
+    let sql = format!(
+        "SELECT signal FROM shape_drift_signals WHERE project = ?1 {filter} ORDER BY detected_at, id"
+    );
+    let mut select = connection.prepare(&sql)?;
+    let mut all_args: Vec<&dyn rusqlite::ToSql> = vec![&project];
+    all_args.extend_from_slice(args);
+    let rows = select.query_map(all_args.as_slice(), |row| row.get::<_, String>(0))?;
+    let mut groups: BTreeMap<(String, String, String), SignalGroup> = BTreeMap::new();
+    for row in rows {
+        let signal: ShapeDriftSignal = serde_json::from_str(&row?)?;
+        let key = (signal.server.clone(), signal.tool.clone(), signal.shape_hash.clone());
+        match groups.get_mut(&key) {
+            Some(group) => {
+                group.first_seen = group.first_seen.min(signal.detected_at);
+                group.last_seen = group.last_seen.max(signal.detected_at);
+                group.occurrences += 1;
+            }
+            None => {
+                groups.insert(
+                    key,
+                    SignalGroup {
+                        fingerprint: signal.fingerprint,
+                        server: signal.server,
+                        tool: signal.tool,
+                        shape: signal.shape,
+                        shape_hash: signal.shape_hash,
+                        baseline_shape: signal.baseline_shape,
+                        baseline_hash: signal.baseline_hash,
+                        ranking: signal.ranking,
+                        reasons: signal.reasons,
+                        first_seen: signal.detected_at,
+                        last_seen: signal.detected_at,
+                        occurrences: 1,
+                        sample_span_id: signal.span_id,
+                    },
+                );
+            }
+        }
+    }
+    let mut groups: Vec<SignalGroup> = groups.into_values().collect();
+    groups.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then_with(|| a.fingerprint.cmp(&b.fingerprint)));
+    Ok(groups)
+}
+
+fn outcome_counts(rows: &[(String, String, u64)]) -> OutcomeCounts {
+    let mut counts = OutcomeCounts::default();
+    for (status, outcome, n) in rows {
+        if status == "success" {
+            counts.successful_calls += n;
+        }
+        let counter = match ShapeOutcome::ALL.iter().find(|o| o.as_str() == outcome) {
+            Some(ShapeOutcome::Fingerprinted) => &mut counts.fingerprinted,
+            Some(ShapeOutcome::Oversized) => &mut counts.oversized,
+            Some(ShapeOutcome::TruncatedSentinel) => &mut counts.truncated_sentinel,
+            Some(ShapeOutcome::Unparseable) => &mut counts.unparseable,
+            Some(ShapeOutcome::TooDeep) => &mut counts.too_deep,
+            Some(ShapeOutcome::Absent) => &mut counts.absent,
+            Some(ShapeOutcome::NotSuccess) | None => &mut counts.not_success,
+        };
+        *counter += n;
+    }
+    counts
+}
+
+fn rate(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
+        Self::with(&self.writer, move |connection| {
+            let transaction = connection.transaction()?;
+            write_batch(&transaction, &batch)?;
+            transaction.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn resume(&self) -> Result<Resume, StoreError> {
+        Self::with(&self.writer, |connection| {
+            let position = connection
+                .query_row(
+                    "SELECT partition, offset FROM consumer_offsets WHERE consumer = ?1",
+                    params![WORKER],
+                    |row| Ok(InputPosition { partition: row.get(0)?, offset: row.get::<_, i64>(1)? as u64 }),
+                )
+                .optional()?;
+            let mut select = connection.prepare("SELECT kind, key, state FROM detector_state")?;
+            let states = select
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                .collect::<Result<_, _>>()?;
+            let mut select = connection.prepare("SELECT project, thresholds FROM settings")?;
+            let rows: Vec<(String, String)> =
+                select.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
+            let settings = rows
+                .into_iter()
+                .map(|(project, json)| Ok((project, serde_json::from_str(&json)?)))
+                .collect::<Result<_, StoreError>>()?;
+            Ok(Resume { position, states, settings })
+        })
+        .await
+    }
+
+    async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError> {
+        let project = project.to_owned();
+        self.read(move |connection| {
+            let open = open_counts(connection, &project)?;
+            let mut select = connection.prepare_cached(
+                "SELECT server_name, status, schema_hash, tool_count, last_seen, note FROM servers
+                 WHERE project = ?1 ORDER BY server_name",
+            )?;
+            let rows = select.query_map(params![project], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, Option<i64>>(4)?,
+                    row.get::<_, Option<String>>(5)?,
+                ))
+            })?;
+            let mut servers = Vec::new();
+            for row in rows {
+                let (server_name, status, schema_hash, tool_count, last_seen, note) = row?;
+                let (open_drift, severity) = open.get(&server_name).cloned().unwrap_or_default();
+                servers.push(ServerHealth {
+                    status: parse_name::<ServerStatus>(&status)?,
+                    schema_hash,
+                    tool_count,
+                    last_seen: last_seen.map(timestamp).transpose()?,
+                    latency_ms: None,
+                    open_drift,
+                    max_severity: severity.as_deref().map(parse_name).transpose()?,
+                    note,
+                    server_name,
+                });
+            }
+            Ok(servers)
+        })
+        .await
+    }
+
+    async fn drift_history(
+        &self,
+        project: &str,
+        server: &str,
+        limit: u32,
+    ) -> Result<Vec<SchemaDriftEvent>, StoreError> {
+        let (project, server) = (project.to_owned(), server.to_owned());
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT event, status, accepted_by, accepted_at FROM schema_drift_events
+                 WHERE project = ?1 AND server_name = ?2 ORDER BY detected_at DESC, id DESC LIMIT ?3",
+            )?;
+            let rows = select.query_map(params![project, server, limit], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                    row.get::<_, Option<i64>>(3)?,
+                ))
+            })?;
+            let mut events = Vec::new();
+            for row in rows {
+                let (json, status, accepted_by, accepted_at) = row?;
+                let mut event: SchemaDriftEvent = serde_json::from_str(&json)?;
+                // The lifecycle columns are updated in place; the stored JSON is the event as detected.
+                event.status = parse_name(&status)?;
+                event.accepted_by = accepted_by;
+                event.accepted_at = accepted_at.map(timestamp).transpose()?;
+                events.push(event);
+            }
+            Ok(events)
+        })
+        .await
+    }
+
+    async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError> {
+        let (project, server, tool) =
+            (query.project.to_owned(), query.server.to_owned(), query.tool.to_owned());
+        let (hours, since, threshold) =
+            (query.hours, ms(query.now) - i64::from(query.hours) * 3_600_000, query.high_risk_sessions);
+        self.read(move |connection| {
+            // The worst open change that touches this tool decides whether callers are at risk.
+            let mut select = connection.prepare_cached(
+                "SELECT event FROM schema_drift_events WHERE project = ?1 AND server_name = ?2 AND status = 'open'",
+            )?;
+            let events: Vec<String> = select.query_map(params![project, server], |row| row.get(0))?.collect::<Result<_, _>>()?;
+            let mut worst: Option<Classification> = None;
+            for json in events {
+                let event: SchemaDriftEvent = serde_json::from_str(&json)?;
+                for change in event.changes.iter().filter(|c| c.tool_name == tool) {
+                    worst = worst.max(Some(change.classification));
+                }
+            }
+            let mut select = connection.prepare_cached(
+                "SELECT COALESCE(agent_name, 'unknown'), COUNT(DISTINCT session_id), COUNT(*),
+                        SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), AVG(duration_ms), MAX(ingested_at)
+                 FROM tool_calls WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4
+                 GROUP BY 1 ORDER BY 3 DESC, 1",
+            )?;
+            let rows = select.query_map(params![project, server, tool, since], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i64>(1)? as u64,
+                    row.get::<_, i64>(2)? as u64,
+                    row.get::<_, i64>(3)? as u64,
+                    row.get::<_, f64>(4)?,
+                    row.get::<_, i64>(5)?,
+                ))
+            })?;
+            let mut consumers = Vec::new();
+            for row in rows {
+                let (agent_name, session_count, call_count, error_count, avg_latency_ms, last) = row?;
+                let risk = match worst {
+                    None | Some(Classification::Compatible) => Risk::Low,
+                    Some(_) if session_count >= threshold => Risk::High,
+                    Some(_) => Risk::Medium,
+                };
+                consumers.push(ToolConsumer {
+                    agent_name,
+                    session_count,
+                    call_count,
+                    error_count,
+                    avg_latency_ms,
+                    last_called_at: timestamp(last)?,
+                    risk,
+                });
+            }
+            let total_sessions: i64 = connection.query_row(
+                "SELECT COUNT(DISTINCT session_id) FROM tool_calls
+                 WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4",
+                params![project, server, tool, since],
+                |row| row.get(0),
+            )?;
+            let message = consumers.is_empty().then(|| NO_RECENT_CALLERS.to_owned());
+            Ok(DriftImpact { server_name: server, tool_name: tool, window_hours: hours, consumers, total_sessions: total_sessions as u64, message })
+        })
+        .await
+    }
+
+    async fn tool_schemas(&self, project: &str, server: &str) -> Result<Vec<ToolSchema>, StoreError> {
+        let (project, server) = (project.to_owned(), server.to_owned());
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT tool_name, description, input_schema, captured_at FROM tool_schemas
+                 WHERE project = ?1 AND server_name = ?2 ORDER BY tool_name",
+            )?;
+            let rows = select.query_map(params![project, server], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Option<String>>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, i64>(3)?,
+                ))
+            })?;
+            let mut tools = Vec::new();
+            for row in rows {
+                let (tool_name, description, input, captured_at) = row?;
+                tools.push(ToolSchema {
+                    server_name: server.clone(),
+                    tool_name,
+                    description,
+                    input_schema: serde_json::from_str(&input)?,
+                    captured_at: timestamp(captured_at)?,
+                });
+            }
+            Ok(tools)
+        })
+        .await
+    }
+
+    async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {
+        let project = project.to_owned();
+        let since = ms(now) - i64::from(hours) * 3_600_000;
+        self.read(move |connection| {
+            let mut declared = BTreeSet::new();
+            let mut select = connection.prepare_cached("SELECT server_name, tool_name FROM tool_schemas WHERE project = ?1")?;
+            for row in select.query_map(params![project], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))? {
+                declared.insert(row?);
+            }
+            let mut shapes = HashMap::new();
+            let mut select = connection.prepare_cached("SELECT server, tool, shape FROM tool_shapes WHERE project = ?1")?;
+            for row in select.query_map(params![project], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?)))? {
+                let (server, tool, json) = row?;
+                let shape: ToolShape = serde_json::from_str(&json)?;
+                shapes.insert((server, tool), shape.status);
+            }
+            let mut select = connection.prepare_cached(
+                "SELECT server, tool, COUNT(*), SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), AVG(duration_ms),
+                        MAX(ingested_at)
+                 FROM tool_calls WHERE project = ?1 AND ingested_at >= ?2 GROUP BY server, tool ORDER BY server, tool",
+            )?;
+            let rows = select.query_map(params![project, since], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, i64>(2)?, row.get::<_, i64>(3)?, row.get::<_, f64>(4)?, row.get::<_, i64>(5)?))
+            })?;
+            let mut tools = Vec::new();
+            let mut seen = BTreeSet::new();
+            for row in rows {
+                let (server, tool, calls, errors, avg, last) = row?;
+                seen.insert((server.clone(), tool.clone()));
+                tools.push(ToolSummary {
+                    shape_status: shapes.get(&(server.clone(), tool.clone())).cloned().unwrap_or_else(|| "priming 0/?".into()),
+                    declared: declared.contains(&(server.clone(), tool.clone())),
+                    server,
+                    tool,
+                    calls: calls as u64,
+                    errors: errors as u64,
+                    avg_latency_ms: avg,
+                    last_called_at: Some(timestamp(last)?),
+                });
+            }
+            // Tools with a shape history but no call in the window still belong in the list.
+            for ((server, tool), status) in shapes {
+                if !seen.contains(&(server.clone(), tool.clone())) {
+                    tools.push(ToolSummary {
+                        declared: declared.contains(&(server.clone(), tool.clone())),
+                        server,
+                        tool,
+                        calls: 0,
+                        errors: 0,
+                        avg_latency_ms: 0.0,
+                        last_called_at: None,
+                        shape_status: status,
+                    });
+                }
+            }
+            tools.sort_by(|a, b| (&a.server, &a.tool).cmp(&(&b.server, &b.tool)));
+            Ok(tools)
+        })
+        .await
+    }
+
+    async fn tool_shape(
+        &self,
+        project: &str,
+        server: &str,
+        tool: &str,
+    ) -> Result<Option<ToolShape>, StoreError> {
+        let (project, server, tool) = (project.to_owned(), server.to_owned(), tool.to_owned());
+        self.read(move |connection| {
+            let json: Option<String> = connection
+                .query_row(
+                    "SELECT shape FROM tool_shapes WHERE project = ?1 AND server = ?2 AND tool = ?3",
+                    params![project, server, tool],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let Some(json) = json else { return Ok(None) };
+            let mut shape: ToolShape = serde_json::from_str(&json)?;
+            shape.signal_groups =
+                signal_groups(connection, &project, "AND server = ?2 AND tool = ?3", &[&server, &tool])?;
+            Ok(Some(shape))
+        })
+        .await
+    }
+
+    async fn shape_drift(
+        &self,
+        project: &str,
+        hours: u32,
+        now: Timestamp,
+    ) -> Result<Vec<SignalGroup>, StoreError> {
+        let project = project.to_owned();
+        let since = ms(now) - i64::from(hours) * 3_600_000;
+        self.read(move |connection| signal_groups(connection, &project, "AND detected_at >= ?2", &[&since]))
+            .await
+    }
+
+    async fn thresholds(&self, project: &str) -> Result<Option<DetectorThresholds>, StoreError> {
+        let project = project.to_owned();
+        self.read(move |connection| {
+            let json: Option<String> = connection
+                .query_row("SELECT thresholds FROM settings WHERE project = ?1", params![project], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
+        })
+        .await
+    }
+
+    async fn return_value_stats(
+        &self,
+        project: &str,
+        hours: u32,
+        now: Timestamp,
+    ) -> Result<ReturnValueStats, StoreError> {
+        let project = project.to_owned();
+        let since = ms(now) - i64::from(hours) * 3_600_000;
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT server, tool, status, shape_outcome, COUNT(*) FROM tool_calls
+                 WHERE project = ?1 AND ingested_at >= ?2 GROUP BY server, tool, status, shape_outcome",
+            )?;
+            let rows = select.query_map(params![project, since], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, i64>(4)? as u64,
+                ))
+            })?;
+            let mut per_tool: BTreeMap<(String, String), Vec<(String, String, u64)>> = BTreeMap::new();
+            let mut all = Vec::new();
+            for row in rows {
+                let (server, tool, status, outcome, n) = row?;
+                all.push((status.clone(), outcome.clone(), n));
+                per_tool.entry((server, tool)).or_default().push((status, outcome, n));
+            }
+            let tools = per_tool
+                .into_iter()
+                .map(|((server, tool), rows)| {
+                    let counts = outcome_counts(&rows);
+                    ToolOutcomeStats {
+                        server,
+                        tool,
+                        truncation_rate: rate(counts.truncated_sentinel, counts.successful_calls),
+                        counts,
+                    }
+                })
+                .collect();
+            let totals = outcome_counts(&all);
+            Ok(ReturnValueStats {
+                window_hours: hours,
+                truncation_rate: rate(totals.truncated_sentinel, totals.successful_calls),
+                totals,
+                tools,
+            })
+        })
+        .await
+    }
+
+    async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError> {
+        let id = id.to_owned();
+        self.read(move |connection| {
+            let json: Option<String> = connection
+                .query_row("SELECT result FROM applied_commands WHERE id = ?1", params![id], |row| row.get(0))
+                .optional()?;
+            json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.read(|connection| {
+            Ok(connection.query_row("SELECT 1", [], |row| row.get::<_, i64>(0)).map(|_| ())?)
+        })
+        .await
+    }
+}

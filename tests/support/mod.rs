@@ -1,0 +1,156 @@
+//! A `driftline serve` child process for end-to-end tests, and a small HTTP client.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub struct Server {
+    child: Child,
+    pub url: String,
+    pub data_dir: PathBuf,
+}
+
+/// A fresh, empty directory for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("driftline-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+impl Server {
+    /// Starts `driftline serve` on a free loopback port with its data in `data_dir`.
+    pub fn start(data_dir: &Path, config: Option<&Path>, env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_driftline"));
+        command.args(["serve", "--bind", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        command.current_dir(data_dir).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start driftline serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut first = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut first);
+            let _ = tx.send(first);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("driftline serve did not report its address within 30 s");
+        });
+        let url = line.trim().strip_prefix("driftline listening on ").unwrap_or_else(|| {
+            let _ = child.kill();
+            let mut stderr = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut err, &mut stderr);
+            }
+            panic!("unexpected first line {line:?}; stderr: {stderr}")
+        });
+        Server { url: url.to_owned(), child, data_dir: data_dir.to_owned() }
+    }
+
+    /// Stops the server the hard way (no graceful shutdown).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "driftline serve did not exit within 20 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn client(&self, key: Option<&str>) -> Client {
+        Client { base: self.url.clone(), key: key.map(String::from), agent: agent() }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(30))).build().into()
+}
+
+pub struct Client {
+    pub base: String,
+    key: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// Status and parsed JSON body.
+pub type Reply = (u16, Value);
+
+impl Client {
+    fn finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Reply {
+        let mut response = response.expect("HTTP request");
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, body)
+    }
+
+    fn auth(&self) -> Option<String> {
+        self.key.as_ref().map(|k| format!("Bearer {k}"))
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        let mut request = self.agent.get(format!("{}{path}", self.base));
+        if let Some(auth) = self.auth() {
+            request = request.header("Authorization", auth);
+        }
+        Self::finish(request.call())
+    }
+
+    pub fn send(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+        let url = format!("{}{path}", self.base);
+        let mut request = match method {
+            "POST" => self.agent.post(url),
+            "PUT" => self.agent.put(url),
+            other => panic!("method {other}"),
+        };
+        request = request.header("Content-Type", "application/json");
+        if let Some(auth) = self.auth() {
+            request = request.header("Authorization", auth);
+        }
+        Self::finish(request.send(body))
+    }
+
+    pub fn post_json(&self, path: &str, body: &Value) -> Reply {
+        self.send("POST", path, body.to_string().as_bytes())
+    }
+
+    pub fn put_json(&self, path: &str, body: &Value) -> Reply {
+        self.send("PUT", path, body.to_string().as_bytes())
+    }
+
+    /// Polls `path` until `done` holds for the body, for at most 10 s.
+    pub fn wait_for(&self, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (status, body) = self.get(path);
+            if status == 200 && done(&body) {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "waited 10 s for {what} at {path}; last answer {status} {body}");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! The detector worker: reads the bus in order, runs both detectors per key, and hands the store one
+//! batch per poll — outputs, changed state, and the input position they include (DESIGN.md §9).
+//!
+//! This is glue at the edge: detection itself lives in `driftline-detectors` and knows nothing of the bus
+//! or the store.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use driftline_bus::{BusError, Consumer, Delivered, Topic};
+use driftline_detectors::shape::record_from_span;
+use driftline_detectors::shape_drift::{self, ShapeStatus, ShapeTelemetry, ToolShapeState};
+use driftline_detectors::tool_drift::{
+    normalize_tools, schema_hash, short_hash, BaselinePolicy, RecordContext, ServerState, ToolListOutput,
+};
+use driftline_schemas::api::{AcceptResult, OutcomeCounts, ShapeState, ToolShape};
+use driftline_schemas::{
+    derive_id, DetectorThresholds, InputPosition, OperatorCommand, OutputKind, ServerStatus, Timestamp,
+    ToolCallRecord, ToolCallSpan, ToolListSnapshot,
+};
+use driftline_store::{Batch, EventUpdate, ServerRow, Store, StoreError, ToolShapeRow};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("detector state for {key} cannot be read: {reason}")]
+    State { key: String, reason: String },
+}
+
+/// Settings the worker applies to every project unless the project changed them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WorkerSettings {
+    pub thresholds: DetectorThresholds,
+    pub baseline_policy: BaselinePolicy,
+}
+
+pub struct Worker<C> {
+    consumer: C,
+    store: Arc<dyn Store>,
+    settings: WorkerSettings,
+    position: Option<InputPosition>,
+    servers: HashMap<String, ServerState>,
+    tools: HashMap<String, ToolShapeState>,
+    thresholds: HashMap<String, DetectorThresholds>,
+    /// Records that could not be read, counted (and logged) and skipped so the log keeps flowing.
+    pub dead_letters: u64,
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub records: usize,
+    pub position: Option<InputPosition>,
+}
+
+impl<C: Consumer> Worker<C> {
+    /// Restores every detector state and the input position from the store.
+    pub async fn resume(
+        consumer: C,
+        store: Arc<dyn Store>,
+        settings: WorkerSettings,
+    ) -> Result<Self, WorkerError> {
+        let resume = store.resume().await?;
+        let mut worker = Worker {
+            consumer,
+            store,
+            settings,
+            position: resume.position,
+            servers: HashMap::new(),
+            tools: HashMap::new(),
+            thresholds: resume.settings.into_iter().collect(),
+            dead_letters: 0,
+        };
+        for (kind, key, json) in resume.states {
+            let bad =
+                |err: serde_json::Error| WorkerError::State { key: key.clone(), reason: err.to_string() };
+            match kind.as_str() {
+                "server" => {
+                    worker.servers.insert(key.clone(), serde_json::from_str(&json).map_err(bad)?);
+                }
+                "tool" => {
+                    worker.tools.insert(key.clone(), serde_json::from_str(&json).map_err(bad)?);
+                }
+                _ => {}
+            }
+        }
+        tracing::info!(position = ?worker.position, servers = worker.servers.len(), tools = worker.tools.len(), "detector state restored");
+        Ok(worker)
+    }
+
+    /// Reads up to `max` records (waiting up to `wait` for the first), processes them, stores the batch.
+    pub async fn poll_once(&mut self, max: usize, wait: Duration) -> Result<Progress, WorkerError> {
+        let records = self.consumer.poll(self.position, max, wait).await?;
+        if records.is_empty() {
+            return Ok(Progress { records: 0, position: self.position });
+        }
+        let mut batch = Batch::default();
+        let mut dirty = Dirty::default();
+        for record in &records {
+            self.process(record, &mut batch, &mut dirty);
+            batch.position = Some(record.position);
+        }
+        self.flush_state(&mut batch, &dirty)?;
+        self.store.apply(batch).await?;
+        self.position = records.last().map(|r| r.position);
+        Ok(Progress { records: records.len(), position: self.position })
+    }
+
+    /// Polls until `shutdown` turns true; store or bus failures are retried with capped backoff.
+    pub async fn run(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut backoff = Duration::from_millis(100);
+        while !*shutdown.borrow() {
+            tokio::select! {
+                result = self.poll_once(500, Duration::from_millis(500)) => match result {
+                    Ok(_) => backoff = Duration::from_millis(100),
+                    Err(err) => {
+                        tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "detector batch failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                    }
+                },
+                _ = shutdown.changed() => {}
+            }
+        }
+        tracing::info!(position = ?self.position, "detector worker stopped");
+    }
+
+    fn thresholds_of(&self, project: &str) -> DetectorThresholds {
+        self.thresholds.get(project).copied().unwrap_or(self.settings.thresholds)
+    }
+
+    fn process(&mut self, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) {
+        let outcome = match record.topic {
+            Topic::ToolLists => serde_json::from_slice::<ToolListSnapshot>(&record.payload)
+                .map(|snapshot| self.tool_list(&snapshot, record, batch, dirty)),
+            Topic::Spans => self.read_call(record).map(|call| self.call(call, record, batch, dirty)),
+            Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
+                .map(|command| self.command(command, record, batch, dirty)),
+        };
+        if let Err(err) = outcome {
+            self.dead_letters += 1;
+            tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, error = %err, "unreadable record skipped");
+        }
+    }
+
+    /// A record from ingest, or a raw span from another producer (fingerprinted here exactly as ingest would).
+    fn read_call(&self, record: &Delivered) -> Result<ToolCallRecord, serde_json::Error> {
+        serde_json::from_slice::<ToolCallRecord>(&record.payload).or_else(|_| {
+            let span: ToolCallSpan = serde_json::from_slice(&record.payload)?;
+            let project = span
+                .project
+                .clone()
+                .unwrap_or_else(|| record.key.split('/').next().unwrap_or_default().to_owned());
+            Ok(record_from_span(&span, &project, record.appended_at))
+        })
+    }
+
+    fn tool_list(
+        &mut self,
+        snapshot: &ToolListSnapshot,
+        record: &Delivered,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+    ) {
+        let key = snapshot.key();
+        let policy = self.settings.baseline_policy;
+        let state = self.servers.entry(key.clone()).or_default();
+        let context = RecordContext {
+            project: &snapshot.project,
+            server: &snapshot.server,
+            position: record.position,
+            at: record.appended_at,
+        };
+        let outputs = state.observe(snapshot, context, policy);
+        apply_outputs(outputs, batch);
+        let hash = schema_hash(&snapshot.tools);
+        batch.tool_lists.push((
+            snapshot.project.clone(),
+            snapshot.server.clone(),
+            snapshot.captured_at,
+            short_hash(&hash),
+            snapshot.tools.clone(),
+        ));
+        let tool_count = normalize_tools(&snapshot.tools).len() as u32;
+        batch.servers.push(server_row(
+            &snapshot.project,
+            &snapshot.server,
+            state,
+            Some(short_hash(&hash)),
+            tool_count,
+            record.appended_at,
+        ));
+        dirty.servers.insert(key);
+    }
+
+    fn call(&mut self, call: ToolCallRecord, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) {
+        let key = call.key();
+        let thresholds = self.thresholds_of(&call.project);
+        let state = self.tools.entry(key.clone()).or_default();
+        if let Some(firing) = state.observe((&call).into(), &thresholds) {
+            let signal = shape_drift::signal(&call, record.position, firing);
+            tracing::info!(key = %key, fingerprint = %signal.fingerprint, ranking = signal.ranking.as_str(), "return shape drift");
+            batch.signals.push(signal);
+        }
+        batch.calls.push((derive_id(OutputKind::ToolCall, &key, record.position), call));
+        dirty.tools.insert(key);
+    }
+
+    fn command(
+        &mut self,
+        command: OperatorCommand,
+        record: &Delivered,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+    ) {
+        let result = match &command {
+            OperatorCommand::AcceptBaseline { project, server, accepted_by, .. } => {
+                let key = format!("{project}/{server}");
+                let context =
+                    RecordContext { project, server, position: record.position, at: record.appended_at };
+                let (outputs, state) = match self.servers.get_mut(&key) {
+                    Some(state) => (state.accept(accepted_by, context), Some(state)),
+                    None => (Vec::new(), None),
+                };
+                let acceptance = outputs.iter().find_map(|o| match o {
+                    ToolListOutput::BaselineAccepted(a) => Some(a.clone()),
+                    _ => None,
+                });
+                if let Some(state) = state {
+                    if acceptance.is_some() {
+                        let hash = state.baseline.as_ref().map(|b| short_hash(&b.hash));
+                        let count =
+                            state.baseline.as_ref().map_or(0, |b| normalize_tools(&b.tools).len() as u32);
+                        batch.servers.push(server_row(
+                            project,
+                            server,
+                            state,
+                            hash,
+                            count,
+                            record.appended_at,
+                        ));
+                        dirty.servers.insert(key);
+                    }
+                }
+                apply_outputs(outputs, batch);
+                let result = AcceptResult {
+                    server_name: server.clone(),
+                    accepted: acceptance.is_some(),
+                    previous_hash: acceptance.as_ref().map(|a| a.previous_hash.clone()),
+                    new_hash: acceptance.as_ref().map(|a| a.new_hash.clone()),
+                    event_ids: acceptance.map(|a| a.event_ids).unwrap_or_default(),
+                    accepted_by: accepted_by.clone(),
+                };
+                json!(result)
+            }
+            OperatorCommand::SetThresholds { project, thresholds, .. } => match thresholds.validate() {
+                Ok(()) => {
+                    self.thresholds.insert(project.clone(), *thresholds);
+                    batch.settings.push((project.clone(), *thresholds));
+                    let prefix = format!("{project}/");
+                    for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
+                        state.shrink_to(thresholds.history_window);
+                        dirty.tools.insert(key.clone());
+                    }
+                    json!({"thresholds": thresholds})
+                }
+                Err(err) => json!({"error": err.to_string()}),
+            },
+        };
+        tracing::info!(command = command.id(), key = %command.key(), "operator command applied");
+        batch.applied_commands.push((command.id().to_owned(), record.appended_at, result));
+    }
+
+    /// Serialises every state a record changed, once per batch, with the views the API reads.
+    fn flush_state(&self, batch: &mut Batch, dirty: &Dirty) -> Result<(), WorkerError> {
+        for key in &dirty.servers {
+            if let Some(state) = self.servers.get(key) {
+                let json = serde_json::to_string(state)
+                    .map_err(|err| WorkerError::State { key: key.clone(), reason: err.to_string() })?;
+                batch.states.push(("server".into(), key.clone(), json));
+            }
+        }
+        for key in &dirty.tools {
+            let Some(state) = self.tools.get(key) else { continue };
+            let json = serde_json::to_string(state)
+                .map_err(|err| WorkerError::State { key: key.clone(), reason: err.to_string() })?;
+            batch.states.push(("tool".into(), key.clone(), json));
+            let mut parts = key.splitn(3, '/');
+            let (Some(project), Some(server), Some(tool)) = (parts.next(), parts.next(), parts.next()) else {
+                continue;
+            };
+            let thresholds = self.thresholds_of(project);
+            batch.tool_shapes.push(ToolShapeRow {
+                project: project.to_owned(),
+                shape: shape_view(server, tool, state, &thresholds),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Dirty {
+    servers: BTreeSet<String>,
+    tools: BTreeSet<String>,
+}
+
+fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
+    for output in outputs {
+        match output {
+            ToolListOutput::BaselineEstablished { hash, tool_count, security_flags } => {
+                let high = security_flags
+                    .iter()
+                    .filter(|(_, f)| f.severity == driftline_schemas::Severity::High)
+                    .count();
+                tracing::info!(hash = %short_hash(&hash), tool_count, flags = security_flags.len(), high, "baseline established");
+            }
+            ToolListOutput::DriftEvent(event) => {
+                tracing::info!(server = %event.server_name, id = %event.id, changes = event.changes.len(), max = ?event.max_classification, "tool-list drift");
+                batch.events.push(event);
+            }
+            ToolListOutput::EventClosed { event_id, status, by, at } => {
+                batch.event_updates.push(EventUpdate { id: event_id, status, by, at });
+            }
+            ToolListOutput::BaselineAccepted(acceptance) => batch.acceptances.push(acceptance),
+        }
+    }
+}
+
+fn server_row(
+    project: &str,
+    server: &str,
+    state: &ServerState,
+    hash: Option<String>,
+    tool_count: u32,
+    at: Timestamp,
+) -> ServerRow {
+    let status = state.status();
+    let note = match (&state.down, status) {
+        (Some(error), _) => Some(error.clone()),
+        (None, ServerStatus::Degraded) => {
+            let baseline = state.baseline.as_ref().map(|b| short_hash(&b.hash)).unwrap_or_default();
+            let current =
+                state.observed.as_ref().map(|o| short_hash(&o.hash)).unwrap_or_else(|| baseline.clone());
+            Some(format!("schema drift: {baseline} → {current}"))
+        }
+        _ => None,
+    };
+    ServerRow {
+        project: project.to_owned(),
+        server_name: server.to_owned(),
+        status,
+        schema_hash: hash,
+        tool_count,
+        last_seen: Some(at),
+        note,
+    }
+}
+
+fn counts(telemetry: ShapeTelemetry) -> OutcomeCounts {
+    OutcomeCounts {
+        successful_calls: telemetry.successful_calls,
+        fingerprinted: telemetry.fingerprinted,
+        oversized: telemetry.oversized,
+        truncated_sentinel: telemetry.truncated_sentinel,
+        unparseable: telemetry.unparseable,
+        too_deep: telemetry.too_deep,
+        absent: telemetry.absent,
+        not_success: telemetry.not_success,
+    }
+}
+
+/// The API's view of a tool's shape status.
+pub fn shape_view(
+    server: &str,
+    tool: &str,
+    state: &ToolShapeState,
+    thresholds: &DetectorThresholds,
+) -> ToolShape {
+    let status = state.status(thresholds);
+    let (shape_state, baseline_shape, baseline_hash) = match &status {
+        ShapeStatus::Priming { .. } => (ShapeState::Priming, None, None),
+        ShapeStatus::Heterogeneous { .. } => (ShapeState::Heterogeneous, None, None),
+        ShapeStatus::Stable { shape, hex8, .. } => {
+            (ShapeState::Stable, Some(shape.clone()), Some(hex8.clone()))
+        }
+    };
+    ToolShape {
+        server: server.to_owned(),
+        tool: tool.to_owned(),
+        state: shape_state,
+        status: status.to_string(),
+        baseline_shape,
+        baseline_hash,
+        baseline_share: status.share(),
+        window_size: state.window_size(),
+        min_history_calls: thresholds.min_history_calls,
+        history_window: thresholds.history_window,
+        telemetry: counts(state.telemetry),
+        signal_groups: Vec::new(),
+    }
+}
