@@ -49,10 +49,18 @@ pub fn router(state: IngestState) -> Router {
         .with_state(state)
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {limit} bytes"))
-    })
+/// Reads at most `limit` bytes; a body that declares or turns out to be larger is 413.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large =
+        || ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {limit} bytes"));
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > limit) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|_| too_large())
 }
 
 fn accepted(body: Value) -> Response {
@@ -65,7 +73,7 @@ async fn spans(
     body: Body,
 ) -> Result<Response, ApiError> {
     let who = state.auth.authorize(&headers, Scope::Ingest)?;
-    let bytes = read_body(body, state.limits.max_body_bytes).await?;
+    let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     // Elements stay raw so a bad one can be named by index and return values are never parsed into trees.
     let elements: Vec<&RawValue> = parse_body(&bytes, "a JSON array of spans")?;
     if elements.len() > state.limits.max_spans_per_batch {
@@ -175,7 +183,7 @@ async fn tool_list(
 ) -> Result<Response, ApiError> {
     let who = state.auth.authorize(&headers, Scope::Ingest)?;
     valid_server_name(&name)?;
-    let bytes = read_body(body, state.limits.max_body_bytes).await?;
+    let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     let (tools, captured_at, source) = read_tool_list(&bytes, (state.clock)())?;
     let mut problems = Vec::new();
     let mut names = std::collections::BTreeSet::new();

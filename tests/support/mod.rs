@@ -86,7 +86,11 @@ impl Drop for Server {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(30))).build().into()
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
 }
 
 pub struct Client {
@@ -149,8 +153,15 @@ impl Client {
             if status == 200 && done(&body) {
                 return body;
             }
-            assert!(Instant::now() < deadline, "waited 10 s for {what} at {path}; last answer {status} {body}");
+            assert!(
+                Instant::now() < deadline,
+                "waited 10 s for {what} at {path}; last answer {status} {body}"
+            );
             std::thread::sleep(Duration::from_millis(25));
         }
     }
+}
+
+pub fn client_for(url: &str, key: Option<&str>) -> Client {
+    Client { base: url.to_owned(), key: key.map(String::from), agent: agent() }
 }

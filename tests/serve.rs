@@ -1,0 +1,478 @@
+//! `driftline serve` end to end, as a child process over HTTP: the demo scenario, restarts, concurrent
+//! ingest, bad input, auth isolation, configuration errors and graceful shutdown.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use serde_json::{json, Value};
+use support::{temp_dir, Client, Server};
+
+fn run_cli(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_driftline")).args(args).output().expect("run driftline");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn span(id: &str, tool: &str, value: Value) -> Value {
+    json!({"span_id": id, "session_id": "s", "agent_name": "agent", "server": "srv", "tool": tool,
+        "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 10, "status": "success", "return_value": value})
+}
+
+#[test]
+fn the_demo_scenario() {
+    let dir = temp_dir("demo");
+    let server = Server::start(&dir, None, &[]);
+    let (code, stdout, stderr) = run_cli(&["demo", "--url", &server.url]);
+    assert_eq!(code, 0, "demo failed: {stderr}\n{stdout}");
+    for expected in [
+        "search-mcp   DEGRADED",
+        "1/2 servers healthy",
+        "3 changes (1 breaking, 1 warning, 1 compatible)",
+        "⚠ 3 high-severity security flags",
+        "required_param_added       search_web · filters",
+        "Impact: planner — 12 sessions, 24 calls, 0 errors in 24h (HIGH risk)",
+        "Impact: researcher — 3 sessions, 3 calls, 1 errors in 24h (MEDIUM risk)",
+        "tool_schema_drift:get_forecast:08ed04f6 · BREAKING · 3 calls",
+        "Accepted search-mcp",
+        "2/2 servers healthy",
+    ] {
+        assert!(stdout.contains(expected), "demo output lacks {expected:?}:\n{stdout}");
+    }
+
+    let client = server.client(None);
+    let (status, servers) = client.get("/api/health/servers");
+    assert_eq!(status, 200);
+    let names: Vec<(&str, &str, u64)> = servers
+        .as_array()
+        .expect("servers")
+        .iter()
+        .map(|s| {
+            (
+                s["server_name"].as_str().unwrap_or(""),
+                s["status"].as_str().unwrap_or(""),
+                s["tool_count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(names, [("search-mcp", "UP", 4), ("weather-mcp", "UP", 2)]);
+
+    let (_, history) = client.get("/api/health/servers/search-mcp/drift-history?limit=10");
+    let events = history["events"].as_array().expect("events");
+    assert_eq!(events.len(), 1);
+    let event = &events[0];
+    assert_eq!((event["status"].as_str(), event["accepted_by"].as_str()), (Some("accepted"), Some("local")));
+    assert_eq!(event["max_classification"], "BREAKING");
+    assert_eq!(event["max_severity"], "high");
+    let kinds: Vec<(&str, &str)> = event["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| (c["change_type"].as_str().unwrap_or(""), c["classification"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("description_changed", "WARNING"),
+            ("tool_added", "COMPATIBLE"),
+            ("required_param_added", "BREAKING")
+        ]
+    );
+
+    // Risk follows open drift: once accepted, the callers of search_web are no longer at risk.
+    let (_, impact) = client.get("/api/health/servers/search-mcp/drift-impact?tool_name=search_web&hours=24");
+    assert_eq!(impact["total_sessions"], 15);
+    let consumers: Vec<(&str, u64, u64, u64, &str)> = impact["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .map(|c| {
+            let n = |k: &str| c[k].as_u64().unwrap_or(0);
+            (
+                c["agent_name"].as_str().unwrap_or(""),
+                n("session_count"),
+                n("call_count"),
+                n("error_count"),
+                c["risk"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(consumers, [("planner", 12, 24, 0, "LOW"), ("researcher", 3, 3, 1, "LOW")]);
+    let (_, unused) = client.get("/api/health/servers/search-mcp/drift-impact?tool_name=summarize");
+    assert_eq!(unused["message"], "No recent callers — tool may be unused.");
+
+    let (_, shape) = client.get("/api/tools/weather-mcp/get_forecast/shape");
+    assert_eq!(shape["state"], "stable");
+    assert_eq!(shape["window_size"], 23);
+    assert_eq!(shape["signal_groups"][0]["occurrences"], 3);
+    assert_eq!(shape["signal_groups"][0]["ranking"], "breaking");
+
+    let (_, tools) = client.get("/api/tools");
+    let calls: Vec<(&str, u64, u64, bool)> = tools
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or(""),
+                t["calls"].as_u64().unwrap_or(0),
+                t["errors"].as_u64().unwrap_or(0),
+                t["declared"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    assert_eq!(calls, [("search_web", 27, 1, true), ("get_forecast", 23, 0, true)]);
+
+    let (_, stats) = client.get("/api/settings/return-value-stats?hours=24");
+    assert_eq!(stats["totals"]["successful_calls"], 49);
+    assert_eq!(stats["totals"]["fingerprinted"], 49);
+    assert_eq!(stats["totals"]["not_success"], 1);
+
+    let (_, schema) = client.get("/api/servers/search-mcp/tools");
+    let names: Vec<&str> =
+        schema.as_array().expect("tools").iter().filter_map(|t| t["tool_name"].as_str()).collect();
+    assert_eq!(names, ["fetch_page", "search_images", "search_web", "summarize"]);
+
+    let (code, stdout, _) = run_cli(&["health", "--url", &server.url, "--format", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json").as_array().map(Vec::len), Some(2));
+}
+
+/// Sends a fixed stream in `parts`: tool lists that drift and revert, and spans whose shape changes.
+fn stream_part(client: &Client, part: usize) {
+    let list = |version: usize| {
+        let mut tools = vec![
+            json!({"name": "lookup", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}),
+        ];
+        if version % 2 == 1 {
+            tools.push(json!({"name": format!("extra_{version}")}));
+        }
+        Value::Array(tools)
+    };
+    assert_eq!(client.put_json("/api/servers/srv/tools", &list(part)).0, 202);
+    let spans: Vec<Value> = (0..30)
+        .map(|i| {
+            let value =
+                if part >= 2 && i % 3 == 0 { json!({"id": "x"}) } else { json!({"id": 1, "ok": true}) };
+            span(&format!("p{part}-{i}"), "lookup", value)
+        })
+        .collect();
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+}
+
+/// Everything a user can query that the detectors produced, without ingest times.
+fn outputs(client: &Client) -> Value {
+    let history = client.get("/api/health/servers/srv/drift-history?limit=100").1;
+    let events: Vec<Value> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| json!({"id": e["id"], "status": e["status"], "changes": e["changes"], "hashes": [e["previous_hash"], e["current_hash"]]}))
+        .collect();
+    let shape = client.get("/api/tools/srv/lookup/shape").1;
+    let groups: Vec<Value> = shape["signal_groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| json!({"fingerprint": g["fingerprint"], "occurrences": g["occurrences"], "sample": g["sample_span_id"]}))
+        .collect();
+    let server = client.get("/api/health/servers/srv").1;
+    json!({"events": events, "groups": groups, "status": shape["status"], "telemetry": shape["telemetry"],
+        "server": [server["status"], server["schema_hash"], server["open_drift"]],
+        "calls": client.get("/api/tools").1[0]["calls"]})
+}
+
+fn wait_for_calls(client: &Client, calls: u64) {
+    client.wait_for("/api/tools", &format!("{calls} calls processed"), |tools| tools[0]["calls"] == calls);
+}
+
+#[test]
+fn a_restart_mid_stream_ends_where_an_uninterrupted_run_ends() {
+    let parts = 4;
+    let uninterrupted = {
+        let dir = temp_dir("uninterrupted");
+        let server = Server::start(&dir, None, &[]);
+        let client = server.client(None);
+        for part in 0..parts {
+            stream_part(&client, part);
+        }
+        wait_for_calls(&client, 30 * parts as u64);
+        outputs(&client)
+    };
+
+    let dir = temp_dir("restarted");
+    let first = Server::start(&dir, None, &[]);
+    let client = first.client(None);
+    stream_part(&client, 0);
+    stream_part(&client, 1);
+    // Killed without warning, possibly before the worker read what was acknowledged.
+    first.kill();
+    let second = Server::start(&dir, None, &[]);
+    let client = second.client(None);
+    stream_part(&client, 2);
+    stream_part(&client, 3);
+    wait_for_calls(&client, 30 * parts as u64);
+    let restarted = outputs(&client);
+    assert_eq!(restarted, uninterrupted);
+    // The stream drifted, reverted and drifted again: the events prove the lifecycle ran across the restart.
+    assert!(restarted["events"].as_array().is_some_and(|e| e.len() >= 2), "{restarted}");
+    assert!(restarted["groups"].as_array().is_some_and(|g| !g.is_empty()), "{restarted}");
+}
+
+#[test]
+fn concurrent_ingest_loses_nothing() {
+    let dir = temp_dir("concurrent");
+    let server = Server::start(&dir, None, &[]);
+    let url = server.url.clone();
+    let workers: Vec<_> = (0..4)
+        .map(|thread| {
+            let client = Client::for_url(&url, None);
+            std::thread::spawn(move || {
+                for request in 0..10 {
+                    let spans: Vec<Value> = (0..50)
+                        .map(|i| span(&format!("t{thread}-r{request}-{i}"), "lookup", json!({"n": i})))
+                        .collect();
+                    let (status, body) = client.post_json("/v1/spans", &Value::Array(spans));
+                    assert_eq!((status, body["accepted"].as_u64()), (202, Some(50)));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("ingest thread");
+    }
+    let client = server.client(None);
+    wait_for_calls(&client, 2000);
+    let stats = client.get("/api/settings/return-value-stats").1;
+    assert_eq!(stats["totals"]["fingerprinted"], 2000);
+}
+
+#[test]
+fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
+    let dir = temp_dir("bad-input");
+    // A small body limit keeps the oversize case small enough to send whole before the answer comes.
+    let server = Server::start(
+        &dir,
+        None,
+        &[("DRIFTLINE__LIMITS__MAX_BODY_BYTES", "2500"), ("DRIFTLINE__LIMITS__MAX_SPANS_PER_BATCH", "10")],
+    );
+    let client = server.client(None);
+    assert_eq!(client.put_json("/api/servers/srv/tools", &json!([{"name": "lookup"}])).0, 202);
+    assert_eq!(client.post_json("/v1/spans", &json!([span("ok", "lookup", json!({"a": 1}))])).0, 202);
+    wait_for_calls(&client, 1);
+    let before = outputs(&client);
+
+    let check = |method: &str, path: &str, body: &[u8], status: u16, reason: &str| {
+        let (got, answer) = if method == "GET" { client.get(path) } else { client.send(method, path, body) };
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        let error = answer["error"].as_str().unwrap_or_default();
+        let details = answer["details"].to_string();
+        assert!(
+            error.contains(reason) || details.contains(reason),
+            "{method} {path}: {answer} lacks {reason:?}"
+        );
+    };
+    check("POST", "/v1/spans", b"[{", 400, "malformed JSON");
+    check("POST", "/v1/spans", b"{\"span_id\": \"x\"}", 400, "expected a JSON array of spans");
+    check("POST", "/v1/spans", b"[\"\xff\xfe\"]", 400, "not UTF-8");
+    let wrong = json!([span("fine", "lookup", json!(1)), {"span_id": "bad", "server": "srv", "tool": "lookup",
+        "started_at": "yesterday", "duration_ms": "ten", "status": "success"}]);
+    let (status, answer) = client.post_json("/v1/spans", &wrong);
+    assert_eq!(status, 400);
+    assert_eq!(answer["details"][0]["index"], 1, "{answer}");
+    assert!(answer["error"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("1 of 2 spans are invalid; none were accepted"));
+    check(
+        "POST",
+        "/v1/spans",
+        json!([span("x", "lookup", json!(1))]).to_string().replace("\"srv\"", "\"bad name!\"").as_bytes(),
+        400,
+        "invalid server name",
+    );
+    check("POST", "/v1/spans", json!([{"span_id": "x"}]).to_string().as_bytes(), 400, "missing field");
+    let too_many: Vec<Value> = (0..11).map(|i| json!({"span_id": format!("m{i}")})).collect();
+    check(
+        "POST",
+        "/v1/spans",
+        Value::Array(too_many).to_string().as_bytes(),
+        413,
+        "11 spans in one request; at most 10",
+    );
+    let big = format!("[{}]", span("big", "lookup", json!("x".repeat(3000))));
+    check("POST", "/v1/spans", big.as_bytes(), 413, "request body is larger than 2500 bytes");
+    check("PUT", "/api/servers/bad%20name/tools", b"[]", 400, "invalid server name");
+    check("PUT", "/api/servers/srv/tools", b"{\"tool\": []}", 400, "expected the tools array");
+    check(
+        "PUT",
+        "/api/servers/srv/tools",
+        b"[{\"description\": \"no name\"}, 5]",
+        400,
+        "name must be a string",
+    );
+    check(
+        "GET",
+        "/api/health/servers/srv/drift-history?limit=500",
+        b"",
+        400,
+        "limit must be an integer in [1, 100]",
+    );
+    check("GET", "/api/health/servers/srv/drift-impact?hours=24", b"", 400, "tool_name is required");
+    assert_eq!(outputs(&client), before, "rejected requests changed stored data");
+
+    // Deep nesting is no error: the value is inconclusive (too_deep) and the call is counted.
+    let deep = format!(
+        "[{}]",
+        span("deep", "lookup", json!(null))
+            .to_string()
+            .replace("null", &format!("{}1{}", "[".repeat(200), "]".repeat(200)))
+    );
+    let (status, answer) = client.send("POST", "/v1/spans", deep.as_bytes());
+    assert_eq!(status, 202, "{answer}");
+    client.wait_for("/api/settings/return-value-stats", "the deep value counted", |s| {
+        s["totals"]["too_deep"] == 1
+    });
+}
+
+impl Client {
+    pub fn for_url(url: &str, key: Option<&str>) -> Client {
+        support::client_for(url, key)
+    }
+}
+
+const KEYS: &str = r#"
+[server]
+bind = "127.0.0.1:0"
+
+[[auth.keys]]
+project = "alpha"
+scopes = ["ingest", "admin"]
+sha256 = "SHA_ALPHA"
+
+[[auth.keys]]
+project = "beta"
+scopes = ["ingest", "admin"]
+sha256 = "SHA_BETA"
+
+[[auth.keys]]
+project = "alpha"
+scopes = ["read"]
+sha256 = "SHA_READER"
+"#;
+
+fn sha(key: &str) -> String {
+    driftline_api::auth::hash_key(key)
+}
+
+#[test]
+fn one_project_never_sees_another() {
+    let dir = temp_dir("auth");
+    let config = dir.join("driftline.toml");
+    let text = KEYS
+        .replace("SHA_ALPHA", &sha("alpha-key"))
+        .replace("SHA_BETA", &sha("beta-key"))
+        .replace("SHA_READER", &sha("alpha-reader"));
+    std::fs::write(&config, text).expect("config");
+    let server = Server::start(&dir, Some(&config), &[]);
+    let alpha = server.client(Some("alpha-key"));
+    let beta = server.client(Some("beta-key"));
+    let reader = server.client(Some("alpha-reader"));
+    let nobody = server.client(None);
+
+    assert_eq!(alpha.put_json("/api/servers/private/tools", &json!([{"name": "a"}])).0, 202);
+    assert_eq!(alpha.put_json("/api/servers/private/tools", &json!([{"name": "a"}, {"name": "b"}])).0, 202);
+    assert_eq!(alpha.post_json("/v1/spans", &json!([span("s1", "a", json!({"k": 1}))])).0, 202);
+    alpha.wait_for("/api/health/servers", "alpha's server", |s| s[0]["status"] == "DEGRADED");
+
+    assert_eq!(beta.get("/api/health/servers"), (200, json!([])));
+    assert_eq!(beta.get("/api/health/servers/private").0, 404);
+    assert_eq!(beta.get("/api/health/servers/private/drift-history").1["events"], json!([]));
+    assert_eq!(beta.get("/api/tools").1, json!([]));
+    assert_eq!(beta.get("/api/tools/srv/a/shape").0, 404);
+    assert_eq!(beta.get("/api/servers/private/tools").1, json!([]));
+    assert_eq!(beta.send("POST", "/api/health/servers/private/drift-accept", b"").0, 404);
+    // A span naming another project is refused, not filed under it.
+    let foreign = json!([{"project": "alpha", "span_id": "x", "server": "srv", "tool": "a",
+        "started_at": "2026-03-26T08:15:42Z", "duration_ms": 1, "status": "success"}]);
+    assert_eq!(beta.post_json("/v1/spans", &foreign).0, 400);
+
+    assert_eq!(nobody.get("/api/health/servers").0, 401);
+    assert_eq!(nobody.post_json("/v1/spans", &json!([])).0, 401);
+    assert_eq!(server.client(Some("wrong")).get("/api/health/servers").0, 401);
+    assert_eq!(reader.get("/api/health/servers").1[0]["server_name"], "private");
+    assert_eq!(reader.send("POST", "/api/health/servers/private/drift-accept", b"").0, 403);
+    assert_eq!(reader.post_json("/v1/spans", &json!([])).0, 403);
+
+    let (status, accepted) = alpha.send("POST", "/api/health/servers/private/drift-accept", b"");
+    assert_eq!((status, accepted["accepted"].as_bool()), (200, Some(true)), "{accepted}");
+    assert!(accepted["accepted_by"].as_str().is_some_and(|by| by.starts_with("key:")));
+    assert_eq!(alpha.get("/api/health/servers/private").1["status"], "UP");
+    // Project settings are per project too.
+    assert_eq!(
+        alpha
+            .put_json(
+                "/api/settings/detector-thresholds",
+                &json!({"min_history_calls": 20, "history_window": 40})
+            )
+            .0,
+        200
+    );
+    assert_eq!(beta.get("/api/settings/detector-thresholds").1["thresholds"]["min_history_calls"], 10);
+    assert_eq!(alpha.get("/api/settings/detector-thresholds").1["thresholds"]["history_window"], 40);
+    assert_eq!(reader.put_json("/api/settings/detector-thresholds", &json!({"min_history_calls": 5})).0, 403);
+}
+
+#[test]
+fn configuration_errors_name_the_key() {
+    let dir = temp_dir("config");
+    let (code, _, stderr) =
+        run_cli(&["serve", "--bind", "0.0.0.0:0", "--data-dir", dir.to_str().expect("dir")]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("server.bind = 0.0.0.0:0 is not a loopback address and no API keys are configured"),
+        "{stderr}"
+    );
+
+    let config = dir.join("bad.toml");
+    std::fs::write(&config, "[server]\nbnd = \"127.0.0.1:0\"\n").expect("write");
+    let (code, _, stderr) = run_cli(&["serve", "--config", config.to_str().expect("path")]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unknown field `bnd`"), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args(["serve", "--data-dir", dir.to_str().expect("dir")])
+        .env("DRIFTLINE__DETECTOR__HISTORY_WINDOW", "5")
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("detector.history_window = 5 is out of bounds"), "{stderr}");
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_keeps_what_was_acknowledged() {
+    let dir = temp_dir("sigterm");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let spans: Vec<Value> = (0..200).map(|i| span(&format!("s{i}"), "lookup", json!({"i": i}))).collect();
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status}");
+    let server = Server::start(&dir, None, &[]);
+    wait_for_calls(&server.client(None), 200);
+    let names: BTreeSet<String> = server
+        .client(None)
+        .get("/api/tools")
+        .1
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["tool"].as_str().map(String::from))
+        .collect();
+    assert_eq!(names, BTreeSet::from(["lookup".to_owned()]));
+}
