@@ -3,19 +3,15 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: run test toolchain fmt lint unit bench build clean
+.PHONY: run demo test toolchain fmt lint unit bench build clean
 
-## run: build the binary and show it working on the bundled examples (the service arrives with `driftline serve`).
+## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
-	@echo "driftline $$($(BIN) --version | cut -d' ' -f2): the HTTP service (driftline serve) is not built yet;"
-	@echo "the offline commands work today. Tool-list drift between two captured tool lists:"
-	@echo
-	@$(BIN) diff examples/tool-lists/search-v1.json examples/tool-lists/search-v2.json
-	@echo
-	@echo "Return-shape drift in a stream of tool-call spans (one JSON line per signal):"
-	@$(BIN) replay examples/spans/weather.jsonl
-	@echo
-	@echo "Try: $(BIN) --help"
+	$(BIN) serve
+
+## demo: against a running `make run`, send a scripted scenario and show what driftline sees.
+demo: build
+	$(BIN) demo
 
 build:
 	$(CARGO) build --release --locked --bin driftline
@@ -42,10 +38,11 @@ lint:
 unit:
 	$(CARGO) test --workspace --locked --lib
 
-## bench: criterion benchmarks, then the figures we report (throughput ratio, updates/s, diffs/s).
+## bench: detector micro-benchmarks (criterion) and the service load generator; prints the figures we report.
 bench:
 	$(CARGO) bench --locked -p driftline-detectors --bench detectors
 	@python3 scripts/bench-summary.py
+	$(CARGO) bench --locked --bench ingest_load
 
 clean:
 	$(CARGO) clean

@@ -476,3 +476,12 @@ fn sigterm_stops_cleanly_and_keeps_what_was_acknowledged() {
         .collect();
     assert_eq!(names, BTreeSet::from(["lookup".to_owned()]));
 }
+
+#[test]
+fn the_example_config_is_valid_and_complete() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/driftline.example.toml");
+    let dir = temp_dir("example-config");
+    let server = Server::start(&dir, Some(&example), &[]);
+    assert_eq!(server.client(None).get("/healthz").0, 200);
+    assert_eq!(server.client(None).get("/readyz").0, 200);
+}
