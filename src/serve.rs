@@ -62,7 +62,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     // The first line on stdout says where to reach the server (tests and scripts read it).
     println!("driftline listening on http://{address}");
     tracing::info!(%address, data_dir = %data_dir.display(), "driftline serving");
-    axum::serve(listener, ingest.merge(api)).with_graceful_shutdown(shutdown_signal()).await?;
+    let app = ingest.merge(api).layer(axum::middleware::from_fn(driftline_api::metrics::track));
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), worker_task).await;

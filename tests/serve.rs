@@ -137,6 +137,23 @@ fn the_demo_scenario() {
         schema.as_array().expect("tools").iter().filter_map(|t| t["tool_name"].as_str()).collect();
     assert_eq!(names, ["fetch_page", "search_images", "search_web", "summarize"]);
 
+    let (status, metrics) = client.get("/metrics");
+    assert_eq!(status, 200);
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    for series in [
+        "driftline_ingest_spans_total{result=\"accepted\"} 50",
+        "driftline_ingest_tool_lists_total{result=\"accepted\"} 3",
+        "driftline_http_requests_total{method=\"POST\",route=\"/v1/spans\",status=\"202\"} 1",
+        "driftline_http_requests_total{method=\"PUT\",route=\"/api/servers/{name}/tools\",status=\"202\"} 3",
+        "driftline_drift_events_total{classification=\"BREAKING\"} 1",
+        "driftline_drift_events_high_severity_total 1",
+        "driftline_shape_signals_total{ranking=\"breaking\"} 3",
+        "driftline_worker_consumer_lag 0",
+        "driftline_detector_state_keys{kind=\"tool\"} 2",
+    ] {
+        assert!(metrics.contains(series), "/metrics lacks {series}:\n{metrics}");
+    }
+
     let (code, stdout, _) = run_cli(&["health", "--url", &server.url, "--format", "json"]);
     assert_eq!(code, 0);
     assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json").as_array().map(Vec::len), Some(2));

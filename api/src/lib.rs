@@ -3,6 +3,7 @@
 
 pub mod auth;
 mod error;
+pub mod metrics;
 mod params;
 mod routes;
 

@@ -31,6 +31,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/settings/return-value-stats", get(return_value_stats))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(crate::metrics::metrics))
         .with_state(state)
 }
 

@@ -81,4 +81,7 @@ pub trait Consumer: Send {
         max: usize,
         wait: std::time::Duration,
     ) -> Result<Vec<Delivered>, BusError>;
+
+    /// The newest position on the bus (for consumer lag), `None` when it is empty.
+    async fn end(&self) -> Result<Option<InputPosition>, BusError>;
 }

@@ -147,6 +147,14 @@ impl Consumer for SqliteConsumer {
         let _ = tokio::time::timeout(wait, notified).await;
         read_blocking(&self.bus, after, max).await
     }
+
+    async fn end(&self) -> Result<Option<InputPosition>, BusError> {
+        let bus = self.bus.clone();
+        let end = tokio::task::spawn_blocking(move || bus.end_offset())
+            .await
+            .map_err(|err| BusError::Unavailable(format!("read task failed: {err}")))??;
+        Ok((end > 0).then_some(InputPosition { partition: 0, offset: end }))
+    }
 }
 
 async fn read_blocking(

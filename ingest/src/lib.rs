@@ -2,6 +2,8 @@
 //! (return values go no further), and publishes keyed records. 202 means the bus has the data durably.
 //! A batch is accepted or rejected whole; a rejection names every bad element.
 
+mod metrics;
+
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -73,7 +75,28 @@ async fn spans(
     body: Body,
 ) -> Result<Response, ApiError> {
     let who = state.auth.authorize(&headers, Scope::Ingest)?;
-    let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
+    let result = accept_spans(&state, &who.project, &headers, body).await;
+    let label = match &result {
+        Ok(_) => "accepted",
+        Err(err) if err.status == StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        Err(_) => "rejected",
+    };
+    let count = result.as_ref().map_or(1, |count| *count as u64);
+    metrics::SPANS.with_label_values(&[label]).inc_by(count);
+    if label != "accepted" {
+        tracing::info!(project = %who.project, result = label, "span batch refused");
+    }
+    result.map(|count| accepted(json!({"accepted": count})))
+}
+
+/// Validates, fingerprints and publishes one batch; returns how many spans it accepted.
+async fn accept_spans(
+    state: &IngestState,
+    project: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<usize, ApiError> {
+    let bytes = read_body(headers, body, state.limits.max_body_bytes).await?;
     // Elements stay raw so a bad one can be named by index and return values are never parsed into trees.
     let elements: Vec<&RawValue> = parse_body(&bytes, "a JSON array of spans")?;
     if elements.len() > state.limits.max_spans_per_batch {
@@ -90,9 +113,10 @@ async fn spans(
     let mut messages = Vec::with_capacity(elements.len());
     let mut problems = Vec::new();
     for (index, element) in elements.iter().enumerate() {
-        match read_span(element, &who.project) {
+        match read_span(element, project) {
             Ok(span) => {
-                let record = record_from_span(&span, &who.project, now);
+                let record = record_from_span(&span, project, now);
+                metrics::SHAPE_OUTCOMES.with_label_values(&[record.shape_outcome.as_str()]).inc();
                 match serde_json::to_vec(&record) {
                     Ok(payload) => messages.push(Message { topic: Topic::Spans, key: record.key(), payload }),
                     Err(err) => problems.push(ErrorDetail { index, reason: err.to_string() }),
@@ -107,8 +131,8 @@ async fn spans(
     }
     let count = messages.len();
     state.producer.publish(messages).await?;
-    tracing::debug!(project = %who.project, spans = count, "spans accepted");
-    Ok(accepted(json!({"accepted": count})))
+    tracing::debug!(%project, spans = count, "spans accepted");
+    Ok(count)
 }
 
 fn parse_body<'a, T: Deserialize<'a>>(bytes: &'a [u8], expected: &str) -> Result<T, ApiError> {
@@ -217,6 +241,13 @@ async fn tool_list(
     };
     let payload = serde_json::to_vec(&snapshot).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let count = snapshot.tools.len();
-    state.producer.publish(vec![Message { topic: Topic::ToolLists, key: snapshot.key(), payload }]).await?;
+    if let Err(err) =
+        state.producer.publish(vec![Message { topic: Topic::ToolLists, key: snapshot.key(), payload }]).await
+    {
+        metrics::TOOL_LISTS.with_label_values(&["unavailable"]).inc();
+        return Err(err.into());
+    }
+    metrics::TOOL_LISTS.with_label_values(&["accepted"]).inc();
+    tracing::debug!(project = %who.project, server = %name, tools = count, "tool list accepted");
     Ok(accepted(json!({"server": name, "tools": count})))
 }

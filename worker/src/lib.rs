@@ -4,6 +4,8 @@
 //! This is glue at the edge: detection itself lives in `driftline-detectors` and knows nothing of the bus
 //! or the store.
 
+mod metrics;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,12 +104,23 @@ impl<C: Consumer> Worker<C> {
         let mut batch = Batch::default();
         let mut dirty = Dirty::default();
         for record in &records {
+            metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
             self.process(record, &mut batch, &mut dirty);
             batch.position = Some(record.position);
         }
         self.flush_state(&mut batch, &dirty)?;
+        let started = std::time::Instant::now();
         self.store.apply(batch).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        metrics::FLUSH_SECONDS.observe(seconds);
+        metrics::BATCH_SIZE.observe(records.len() as f64);
         self.position = records.last().map(|r| r.position);
+        let end = self.consumer.end().await?.map_or(0, |p| p.offset);
+        let lag = end.saturating_sub(self.position.map_or(0, |p| p.offset));
+        metrics::LAG.set(lag as i64);
+        metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
+        metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
+        tracing::debug!(records = records.len(), seconds, lag, position = ?self.position, "batch stored");
         Ok(Progress { records: records.len(), position: self.position })
     }
 
@@ -119,6 +132,7 @@ impl<C: Consumer> Worker<C> {
                 result = self.poll_once(500, Duration::from_millis(500)) => match result {
                     Ok(_) => backoff = Duration::from_millis(100),
                     Err(err) => {
+                        metrics::RETRIES.inc();
                         tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "detector batch failed; retrying");
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(Duration::from_secs(10));
@@ -144,6 +158,7 @@ impl<C: Consumer> Worker<C> {
         };
         if let Err(err) = outcome {
             self.dead_letters += 1;
+            metrics::DEAD_LETTERS.inc();
             tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, error = %err, "unreadable record skipped");
         }
     }
@@ -205,6 +220,7 @@ impl<C: Consumer> Worker<C> {
         if let Some(firing) = state.observe((&call).into(), &thresholds) {
             let signal = shape_drift::signal(&call, record.position, firing);
             tracing::info!(key = %key, fingerprint = %signal.fingerprint, ranking = signal.ranking.as_str(), "return shape drift");
+            metrics::SHAPE_SIGNALS.with_label_values(&[signal.ranking.as_str()]).inc();
             batch.signals.push(signal);
         }
         batch.calls.push((derive_id(OutputKind::ToolCall, &key, record.position), call));
@@ -321,7 +337,12 @@ fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
                 tracing::info!(hash = %short_hash(&hash), tool_count, flags = security_flags.len(), high, "baseline established");
             }
             ToolListOutput::DriftEvent(event) => {
-                tracing::info!(server = %event.server_name, id = %event.id, changes = event.changes.len(), max = ?event.max_classification, "tool-list drift");
+                tracing::info!(server = %event.server_name, id = %event.id, changes = event.changes.len(), max = ?event.max_classification, severity = ?event.max_severity, "tool-list drift");
+                let classification = event.max_classification.map_or("none", |c| c.as_str());
+                metrics::DRIFT_EVENTS.with_label_values(&[classification]).inc();
+                if event.max_severity == Some(driftline_schemas::Severity::High) {
+                    metrics::HIGH_SEVERITY_EVENTS.inc();
+                }
                 batch.events.push(event);
             }
             ToolListOutput::EventClosed { event_id, status, by, at } => {

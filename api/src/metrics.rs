@@ -1,0 +1,60 @@
+//! Prometheus metrics (`driftline_*`) of the HTTP stages, and the `/metrics` endpoint that exposes every
+//! stage's metrics from the process-wide registry.
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus::{
+    register_histogram_vec, register_int_counter_vec, Encoder, HistogramVec, IntCounterVec, TextEncoder,
+};
+
+static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_http_requests_total",
+        "HTTP requests by route and status",
+        &["method", "route", "status"]
+    )
+    .expect("metric names are static and valid")
+});
+
+static LATENCY: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "driftline_http_request_duration_seconds",
+        "HTTP request latency by route",
+        &["method", "route"],
+        vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
+    )
+    .expect("metric names are static and valid")
+});
+
+/// Middleware: counts and times every request, and logs it, under its route template (not the raw path,
+/// which would make a label per server name).
+pub async fn track(request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let method = request.method().as_str().to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let seconds = started.elapsed().as_secs_f64();
+    REQUESTS.with_label_values(&[method.as_str(), route.as_str(), &status.to_string()]).inc();
+    LATENCY.with_label_values(&[method.as_str(), route.as_str()]).observe(seconds);
+    if status >= 500 {
+        tracing::warn!(%method, %route, status, seconds, "request failed");
+    } else {
+        tracing::debug!(%method, %route, status, seconds, "request served");
+    }
+    response
+}
+
+/// `GET /metrics` in the Prometheus text format.
+pub async fn metrics() -> Response {
+    let mut buffer = Vec::new();
+    if let Err(err) = TextEncoder::new().encode(&prometheus::gather(), &mut buffer) {
+        tracing::error!(error = %err, "metrics encoding failed");
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], buffer).into_response()
+}

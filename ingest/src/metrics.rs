@@ -1,0 +1,32 @@
+use std::sync::LazyLock;
+
+use prometheus::{register_int_counter_vec, IntCounterVec};
+
+/// Spans by result: `accepted`, `rejected` (a bad batch), `unavailable` (the bus refused).
+pub static SPANS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_ingest_spans_total",
+        "Spans received by ingest, by result",
+        &["result"]
+    )
+    .expect("metric names are static and valid")
+});
+
+/// Shape outcomes computed at the edge.
+pub static SHAPE_OUTCOMES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_ingest_shape_outcomes_total",
+        "Return values by shape outcome",
+        &["outcome"]
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static TOOL_LISTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_ingest_tool_lists_total",
+        "Tool lists received by ingest, by result",
+        &["result"]
+    )
+    .expect("metric names are static and valid")
+});

@@ -1,0 +1,86 @@
+use std::sync::LazyLock;
+
+use prometheus::{
+    register_histogram, register_int_counter, register_int_counter_vec, register_int_gauge,
+    register_int_gauge_vec, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+};
+
+pub static RECORDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_worker_records_total",
+        "Records consumed by the detector worker",
+        &["topic"]
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static BATCH_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!(
+        "driftline_worker_batch_records",
+        "Records per stored batch",
+        vec![1.0, 10.0, 50.0, 100.0, 250.0, 500.0]
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!(
+        "driftline_worker_flush_seconds",
+        "Time to store one batch (outputs, state, offset)",
+        vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0]
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static DEAD_LETTERS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_dead_letters_total",
+        "Records skipped because they could not be read"
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static RETRIES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("driftline_worker_retries_total", "Batches retried after a bus or store failure")
+        .expect("metric names are static and valid")
+});
+
+pub static DRIFT_EVENTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_drift_events_total",
+        "Tool-list drift events by worst classification",
+        &["classification"]
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static HIGH_SEVERITY_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_drift_events_high_severity_total",
+        "Drift events carrying a high-severity security flag"
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static SHAPE_SIGNALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_shape_signals_total",
+        "Return-shape drift signals by ranking",
+        &["ranking"]
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static LAG: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("driftline_worker_consumer_lag", "Records on the bus not yet processed")
+        .expect("metric names are static and valid")
+});
+
+pub static STATE_KEYS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "driftline_detector_state_keys",
+        "Keys with detector state held in memory",
+        &["kind"]
+    )
+    .expect("metric names are static and valid")
+});
