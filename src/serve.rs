@@ -37,7 +37,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let auth = Arc::new(Auth::new(config.auth.keys.clone()));
     let producer: Arc<dyn driftline_bus::Producer> = Arc::new(bus);
-    let ingest = driftline_ingest::router(IngestState {
+    let (ingest, ingest_doc) = driftline_ingest::router(IngestState {
         producer: producer.clone(),
         auth: auth.clone(),
         limits: Limits {
@@ -46,7 +46,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         },
         clock: now,
     });
-    let api = driftline_api::router(ApiState {
+    let (api, api_doc) = driftline_api::router(ApiState {
         store,
         producer,
         auth,
@@ -62,7 +62,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     // The first line on stdout says where to reach the server (tests and scripts read it).
     println!("driftline listening on http://{address}");
     tracing::info!(%address, data_dir = %data_dir.display(), "driftline serving");
-    let app = ingest.merge(api).layer(axum::middleware::from_fn(driftline_api::metrics::track));
+    let document = driftline_api::openapi_document(vec![ingest_doc, api_doc]);
+    let openapi = axum::Router::new()
+        .route("/openapi.json", axum::routing::get(move || async move { axum::Json(document) }));
+    let app =
+        ingest.merge(api).merge(openapi).layer(axum::middleware::from_fn(driftline_api::metrics::track));
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);

@@ -502,3 +502,44 @@ fn the_example_config_is_valid_and_complete() {
     assert_eq!(server.client(None).get("/healthz").0, 200);
     assert_eq!(server.client(None).get("/readyz").0, 200);
 }
+
+#[test]
+fn openapi_describes_every_route() {
+    let dir = temp_dir("openapi");
+    let server = Server::start(&dir, None, &[]);
+    let (status, document) = server.client(None).get("/openapi.json");
+    assert_eq!(status, 200);
+    assert_eq!(document["openapi"].as_str().map(|v| v.starts_with("3.")), Some(true));
+    let paths: BTreeSet<&str> =
+        document["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
+    let expected = BTreeSet::from([
+        "/v1/spans",
+        "/api/servers/{name}/tools",
+        "/api/health/servers",
+        "/api/health/servers/{name}",
+        "/api/health/servers/{name}/drift-history",
+        "/api/health/servers/{name}/drift-impact",
+        "/api/health/servers/{name}/drift-accept",
+        "/api/tools",
+        "/api/tools/{server}/{tool}/shape",
+        "/api/shape-drift",
+        "/api/settings/detector-thresholds",
+        "/api/settings/return-value-stats",
+        "/healthz",
+        "/readyz",
+    ]);
+    assert_eq!(paths, expected);
+    assert!(document["paths"]["/api/settings/detector-thresholds"]["put"].is_object());
+    for schema in [
+        "ServerHealth",
+        "SchemaDriftEvent",
+        "SchemaChange",
+        "DriftImpact",
+        "ToolShape",
+        "ToolCallSpan",
+        "ErrorBody",
+    ] {
+        assert!(document["components"]["schemas"][schema].is_object(), "no schema {schema}");
+    }
+    assert_eq!(document["components"]["securitySchemes"]["api_key"]["scheme"], "bearer");
+}

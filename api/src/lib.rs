@@ -32,3 +32,31 @@ pub struct ApiState {
     pub command_wait: std::time::Duration,
     pub clock: fn() -> Timestamp,
 }
+
+/// The OpenAPI document of every stage on one port, with the bearer-key security scheme.
+pub fn openapi_document(parts: Vec<utoipa::openapi::OpenApi>) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+    let mut document = utoipa::openapi::OpenApiBuilder::new()
+        .info(
+            utoipa::openapi::InfoBuilder::new()
+                .title("driftline")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(
+                    "Tool-list drift and return-shape drift of MCP servers: ingest and query API.",
+                ))
+                .build(),
+        )
+        .build();
+    for part in parts {
+        document.merge(part);
+    }
+    let components = document.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "api_key",
+        SecurityScheme::Http(
+            HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("A project API key")).build(),
+        ),
+    );
+    document.security = Some(vec![SecurityRequirement::new("api_key", Vec::<String>::new())]);
+    document
+}

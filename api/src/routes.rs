@@ -4,46 +4,59 @@ use std::time::Instant;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use driftline_bus::{Message, Topic};
-use driftline_schemas::api::{DriftHistory, ShapeDriftList, ThresholdsView};
+#[allow(unused_imports)] // named in the OpenAPI annotations
+use driftline_schemas::api::{
+    AcceptResult, DriftHistory, DriftImpact, ErrorBody, ReturnValueStats, ServerHealth, ShapeDriftList,
+    ThresholdsView, ToolSchema, ToolShape, ToolSummary,
+};
 use driftline_schemas::{DetectorThresholds, OperatorCommand};
 use driftline_store::ImpactQuery;
 use serde_json::{json, Value};
+use utoipa::openapi::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::{valid_server_name, ApiError, ApiState, Params, Scope};
 
 type Answer = Result<Response, ApiError>;
 
-pub fn router(state: ApiState) -> Router {
-    Router::new()
-        .route("/api/health/servers", get(servers))
-        .route("/api/health/servers/{name}", get(server))
-        .route("/api/health/servers/{name}/drift-history", get(drift_history))
-        .route("/api/health/servers/{name}/drift-impact", get(drift_impact))
-        .route("/api/health/servers/{name}/drift-accept", post(drift_accept))
-        .route("/api/servers/{name}/tools", get(server_tools))
-        .route("/api/tools", get(tools))
-        .route("/api/tools/{server}/{tool}/shape", get(tool_shape))
-        .route("/api/shape-drift", get(shape_drift))
-        .route("/api/settings/detector-thresholds", get(get_thresholds).put(put_thresholds))
-        .route("/api/settings/return-value-stats", get(return_value_stats))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+/// The API's routes and their OpenAPI description, generated from the handlers.
+pub fn router(state: ApiState) -> (Router, OpenApi) {
+    OpenApiRouter::new()
+        .routes(routes!(servers))
+        .routes(routes!(server))
+        .routes(routes!(drift_history))
+        .routes(routes!(drift_impact))
+        .routes(routes!(drift_accept))
+        .routes(routes!(server_tools))
+        .routes(routes!(tools))
+        .routes(routes!(tool_shape))
+        .routes(routes!(shape_drift))
+        .routes(routes!(get_thresholds, put_thresholds))
+        .routes(routes!(return_value_stats))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
         .route("/metrics", get(crate::metrics::metrics))
         .with_state(state)
+        .split_for_parts()
 }
 
 fn ok<T: serde::Serialize>(value: T) -> Answer {
     Ok(Json(value).into_response())
 }
 
+#[utoipa::path(get, path = "/api/health/servers", tag = "health",
+    responses((status = 200, description = "Every server of the project", body = [ServerHealth]), (status = 401, body = ErrorBody)))]
 async fn servers(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     ok(state.store.servers(&who.project).await?)
 }
 
+#[utoipa::path(get, path = "/api/health/servers/{name}", tag = "health", params(("name" = String, Path, description = "Server name")),
+    responses((status = 200, body = ServerHealth), (status = 404, body = ErrorBody)))]
 async fn server(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     valid_server_name(&name)?;
@@ -54,6 +67,9 @@ async fn server(State(state): State<ApiState>, headers: HeaderMap, Path(name): P
     }
 }
 
+#[utoipa::path(get, path = "/api/health/servers/{name}/drift-history", tag = "drift",
+    params(("name" = String, Path, description = "Server name"), ("limit" = Option<u32>, Query, description = "1-100, default 10")),
+    responses((status = 200, description = "Events newest first", body = DriftHistory), (status = 400, body = ErrorBody)))]
 async fn drift_history(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -67,6 +83,10 @@ async fn drift_history(
     ok(DriftHistory { server_name: name, events })
 }
 
+#[utoipa::path(get, path = "/api/health/servers/{name}/drift-impact", tag = "drift",
+    params(("name" = String, Path, description = "Server name"), ("tool_name" = String, Query, description = "Tool"),
+        ("hours" = Option<u32>, Query, description = "1-720, default 24")),
+    responses((status = 200, body = DriftImpact), (status = 400, body = ErrorBody)))]
 async fn drift_impact(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -127,6 +147,9 @@ fn rand_u64() -> u64 {
     nanos.rotate_left(17) ^ count ^ u64::from(std::process::id())
 }
 
+#[utoipa::path(post, path = "/api/health/servers/{name}/drift-accept", tag = "drift", params(("name" = String, Path, description = "Server name")),
+    responses((status = 200, description = "Applied", body = AcceptResult), (status = 202, description = "Queued behind the data"),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Admin)?;
     valid_server_name(&name)?;
@@ -140,12 +163,16 @@ async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(na
     run_command(&state, command).await
 }
 
+#[utoipa::path(get, path = "/api/servers/{name}/tools", tag = "tools", params(("name" = String, Path, description = "Server name")),
+    responses((status = 200, body = [ToolSchema])))]
 async fn server_tools(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     valid_server_name(&name)?;
     ok(state.store.tool_schemas(&who.project, &name).await?)
 }
 
+#[utoipa::path(get, path = "/api/tools", tag = "tools", params(("hours" = Option<u32>, Query, description = "1-720, default 24")),
+    responses((status = 200, body = [ToolSummary])))]
 async fn tools(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -156,6 +183,9 @@ async fn tools(
     ok(state.store.tools(&who.project, hours, (state.clock)()).await?)
 }
 
+#[utoipa::path(get, path = "/api/tools/{server}/{tool}/shape", tag = "tools",
+    params(("server" = String, Path, description = "Server name"), ("tool" = String, Path, description = "Tool name")),
+    responses((status = 200, body = ToolShape), (status = 404, body = ErrorBody)))]
 async fn tool_shape(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -171,6 +201,8 @@ async fn tool_shape(
     }
 }
 
+#[utoipa::path(get, path = "/api/shape-drift", tag = "tools", params(("hours" = Option<u32>, Query, description = "1-720, default 24")),
+    responses((status = 200, body = ShapeDriftList)))]
 async fn shape_drift(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -195,12 +227,16 @@ fn thresholds_view(thresholds: DetectorThresholds) -> ThresholdsView {
     }
 }
 
+#[utoipa::path(get, path = "/api/settings/detector-thresholds", tag = "settings", responses((status = 200, body = ThresholdsView)))]
 async fn get_thresholds(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let thresholds = state.store.thresholds(&who.project).await?.unwrap_or(state.default_thresholds);
     ok(thresholds_view(thresholds))
 }
 
+#[utoipa::path(put, path = "/api/settings/detector-thresholds", tag = "settings",
+    request_body(content = DetectorThresholds, description = "Keys left out keep their value"),
+    responses((status = 200, body = ThresholdsView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
 async fn put_thresholds(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -227,6 +263,8 @@ async fn put_thresholds(
     Ok(answer)
 }
 
+#[utoipa::path(get, path = "/api/settings/return-value-stats", tag = "settings",
+    params(("hours" = Option<u32>, Query, description = "1-720, default 24")), responses((status = 200, body = ReturnValueStats)))]
 async fn return_value_stats(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -237,10 +275,13 @@ async fn return_value_stats(
     ok(state.store.return_value_stats(&who.project, hours, (state.clock)()).await?)
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is alive")))]
 async fn healthz() -> Answer {
     ok(json!({"status": "ok"}))
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses((status = 200, description = "The store answers"), (status = 503, body = ErrorBody)))]
 async fn readyz(State(state): State<ApiState>) -> Answer {
     state.store.ping().await?;
     ok(json!({"status": "ready"}))

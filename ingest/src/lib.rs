@@ -10,16 +10,18 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{post, put};
 use axum::{Json, Router};
 use driftline_api::{valid_server_name, ApiError, Auth, Scope};
 use driftline_bus::{Message, Producer, Topic};
 use driftline_detectors::shape::record_from_span;
-use driftline_schemas::api::ErrorDetail;
+use driftline_schemas::api::{ErrorBody, ErrorDetail};
 use driftline_schemas::{SnapshotSource, Timestamp, ToolCallSpan, ToolListSnapshot};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use utoipa::openapi::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Limits of one request (DESIGN.md §7).
 #[derive(Debug, Clone, Copy)]
@@ -42,13 +44,15 @@ pub struct IngestState {
     pub clock: fn() -> Timestamp,
 }
 
-pub fn router(state: IngestState) -> Router {
-    Router::new()
-        .route("/v1/spans", post(spans))
-        .route("/api/servers/{name}/tools", put(tool_list))
+/// Ingest's routes and their OpenAPI description, generated from the handlers.
+pub fn router(state: IngestState) -> (Router, OpenApi) {
+    OpenApiRouter::new()
+        .routes(routes!(spans))
+        .routes(routes!(tool_list))
         // Bodies are read (and limited) by the handlers, to answer 413 with a JSON body.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
+        .split_for_parts()
 }
 
 /// Reads at most `limit` bytes; a body that declares or turns out to be larger is 413.
@@ -69,6 +73,11 @@ fn accepted(body: Value) -> Response {
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
+#[utoipa::path(post, path = "/v1/spans", tag = "ingest",
+    request_body(content = [ToolCallSpan], description = "At most 1000 spans and 5 MiB; accepted or rejected whole"),
+    responses((status = 202, description = "Durable on the bus: {\"accepted\": n}"),
+        (status = 400, description = "Each bad span's index and reason", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 503, description = "Bus unavailable; retry", body = ErrorBody)))]
 async fn spans(
     State(state): State<IngestState>,
     headers: HeaderMap,
@@ -199,6 +208,10 @@ fn read_tool_list(bytes: &[u8], now: Timestamp) -> Result<(Vec<Value>, Timestamp
     }
 }
 
+#[utoipa::path(put, path = "/api/servers/{name}/tools", tag = "ingest",
+    params(("name" = String, Path, description = "Server name: 1-256 of A-Z a-z 0-9 . _ : @ -")),
+    request_body(content = Object, description = "The tools array, {\"tools\": [...], \"captured_at\": ...}, or a tools/list response"),
+    responses((status = 202, description = "Durable on the bus"), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 async fn tool_list(
     State(state): State<IngestState>,
     headers: HeaderMap,

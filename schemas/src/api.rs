@@ -8,14 +8,14 @@ use crate::{
 };
 
 /// Open drift of a server, counted by the worst classification of each open event.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OpenDriftCounts {
     pub breaking: u32,
     pub warning: u32,
     pub compatible: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ServerHealth {
     pub server_name: String,
     pub status: ServerStatus,
@@ -31,13 +31,13 @@ pub struct ServerHealth {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DriftHistory {
     pub server_name: String,
     pub events: Vec<SchemaDriftEvent>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Risk {
     Low,
@@ -45,7 +45,7 @@ pub enum Risk {
     High,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ToolConsumer {
     pub agent_name: String,
     pub session_count: u64,
@@ -56,7 +56,7 @@ pub struct ToolConsumer {
     pub risk: Risk,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DriftImpact {
     pub server_name: String,
     pub tool_name: String,
@@ -69,7 +69,7 @@ pub struct DriftImpact {
 
 pub const NO_RECENT_CALLERS: &str = "No recent callers — tool may be unused.";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AcceptResult {
     pub server_name: String,
     /// False when there was nothing to accept (the server matches its baseline).
@@ -80,7 +80,7 @@ pub struct AcceptResult {
     pub accepted_by: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ToolSchema {
     pub server_name: String,
     pub tool_name: String,
@@ -90,7 +90,7 @@ pub struct ToolSchema {
 }
 
 /// A tool seen in traces (declared in a tool list or not).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ToolSummary {
     pub server: String,
     pub tool: String,
@@ -104,7 +104,7 @@ pub struct ToolSummary {
     pub declared: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ShapeState {
     Priming,
@@ -113,7 +113,7 @@ pub enum ShapeState {
 }
 
 /// Counters of what happened to a tool's return values.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OutcomeCounts {
     pub successful_calls: u64,
     pub fingerprinted: u64,
@@ -125,7 +125,7 @@ pub struct OutcomeCounts {
     pub not_success: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ToolShape {
     pub server: String,
     pub tool: String,
@@ -141,7 +141,7 @@ pub struct ToolShape {
     pub signal_groups: Vec<SignalGroup>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SignalGroup {
     pub fingerprint: String,
     pub server: String,
@@ -158,20 +158,20 @@ pub struct SignalGroup {
     pub sample_span_id: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShapeDriftList {
     pub window_hours: u32,
     pub groups: Vec<SignalGroup>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ThresholdsView {
     pub thresholds: DetectorThresholds,
     /// The bounds each key is checked against.
     pub bounds: Value,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ToolOutcomeStats {
     pub server: String,
     pub tool: String,
@@ -181,7 +181,7 @@ pub struct ToolOutcomeStats {
     pub truncation_rate: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReturnValueStats {
     pub window_hours: u32,
     pub totals: OutcomeCounts,
@@ -190,14 +190,14 @@ pub struct ReturnValueStats {
 }
 
 /// A 4xx/5xx body: what was wrong, and for a batch each bad element.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<ErrorDetail>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     pub index: usize,
     pub reason: String,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::Timestamp;
 
 /// How bad a return-shape change is for a consumer of the value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ShapeRanking {
     Breaking,
@@ -23,7 +23,7 @@ impl ShapeRanking {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasonChange {
     Removed,
@@ -37,7 +37,7 @@ pub enum ReasonChange {
 /// `before`/`after`: for `type_changed` the two kinds (`number`, `object`, …); for `removed`/`added` the
 /// shape that went or came, with the other side `None` — except when an array emptied or filled, where
 /// both sides are the array shapes (`[number]` ↔ `[]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShapeReason {
     pub path: String,
     pub change: ReasonChange,
@@ -64,7 +64,7 @@ impl fmt::Display for ShapeReason {
 }
 
 /// A call whose return shape differs from a stable baseline (DESIGN.md §2, §4).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShapeDriftSignal {
     pub id: String,
     pub project: String,

@@ -7,7 +7,7 @@ fn schema_version() -> u32 {
     crate::SCHEMA_VERSION
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CallStatus {
     Success,
@@ -16,7 +16,7 @@ pub enum CallStatus {
 
 /// One tool call as an agent or SDK reports it (DESIGN.md §2). `return_value` is any JSON value; it is
 /// kept raw so that its shape can be computed from the bytes without building a tree.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallSpan {
     #[serde(default = "schema_version")]
@@ -40,6 +40,7 @@ pub struct ToolCallSpan {
     pub error: Option<String>,
     /// `None` when the field is missing; a JSON `null` is kept as the raw value `null` (a real shape).
     #[serde(default, deserialize_with = "present_raw_value", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub return_value: Option<Box<RawValue>>,
 }
 
@@ -49,7 +50,7 @@ fn present_raw_value<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Optio
 }
 
 /// What became of a span's return value on its way to a shape (DESIGN.md §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ShapeOutcome {
     Fingerprinted,
@@ -87,7 +88,7 @@ impl ShapeOutcome {
 
 /// What ingest produces from a span (key `project/server/tool`): the span without its return value, plus
 /// the value's shape. Return values never travel past ingest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallRecord {
     #[serde(default = "schema_version")]

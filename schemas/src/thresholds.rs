@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Per-project settings of the return-shape detector (DESIGN.md §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DetectorThresholds {
     /// Conclusive calls in the window before the tool can fire.

@@ -6,7 +6,9 @@ use serde_json::Value;
 use crate::Timestamp;
 
 /// How much a change can hurt an agent. Ordered: `Compatible < Warning < Breaking`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Classification {
     Compatible,
@@ -31,7 +33,7 @@ impl fmt::Display for Classification {
 }
 
 /// Which side of the contract a schema describes: what the agent sends, or what it reads back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     Input,
@@ -41,7 +43,9 @@ pub enum Direction {
 /// Every kind of tool-list change (DESIGN.md §5 table), plus `schema_changed` for a difference no
 /// specific kind describes (an unknown keyword, `$ref`, `allOf`, …), so that a changed hash always comes
 /// with at least one change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeType {
     ToolRemoved,
@@ -115,7 +119,9 @@ impl fmt::Display for ChangeType {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Low,
@@ -134,7 +140,7 @@ impl Severity {
 }
 
 /// A finding of the security review of model-visible text (DESIGN.md §5).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SecurityFlag {
     pub rule: String,
     pub severity: Severity,
@@ -143,7 +149,7 @@ pub struct SecurityFlag {
 }
 
 /// One structural difference between a baseline tool list and a new one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SchemaChange {
     pub change_type: ChangeType,
     pub classification: Classification,
@@ -160,7 +166,7 @@ pub struct SchemaChange {
     pub security_flags: Vec<SecurityFlag>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EventStatus {
     Open,
@@ -169,7 +175,7 @@ pub enum EventStatus {
 }
 
 /// One detected drift of a server's tool list against its accepted baseline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SchemaDriftEvent {
     pub id: String,
     pub project: String,
@@ -194,7 +200,7 @@ pub struct SchemaDriftEvent {
 }
 
 /// Health of a server as seen by the tool-list detector (and probes, when configured).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum ServerStatus {
     Up,

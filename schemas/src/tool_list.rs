@@ -8,7 +8,7 @@ fn schema_version() -> u32 {
 }
 
 /// Who captured a tool list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SnapshotSource {
     Sdk,
@@ -20,7 +20,7 @@ pub enum SnapshotSource {
 ///
 /// `tools` keeps the server's JSON exactly as declared: a server that breaks the MCP spec must still be
 /// diffed as far as possible (DESIGN.md §5), so the detector, not the parser, decides what it can read.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolListSnapshot {
     #[serde(default = "schema_version")]
@@ -39,7 +39,7 @@ impl ToolListSnapshot {
 }
 
 /// A typed view of one MCP Tool object, for code that shows tools to people. Unknown fields are kept.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct McpTool {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
