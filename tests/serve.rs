@@ -543,3 +543,63 @@ fn openapi_describes_every_route() {
     }
     assert_eq!(document["components"]["securitySchemes"]["api_key"]["scheme"], "bearer");
 }
+
+#[test]
+fn client_commands_and_their_exit_codes() {
+    let dir = temp_dir("client");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let v1 = json!([{"name": "query", "inputSchema": {"type": "object", "properties": {"sql": {"type": "string"}}, "required": ["sql"]}}]);
+    let mut v2 = v1.clone();
+    v2[0]["inputSchema"]["required"] = json!(["sql", "db"]);
+    v2[0]["inputSchema"]["properties"]["db"] = json!({"type": "string", "description": "Database name"});
+    assert_eq!(client.put_json("/api/servers/pg/tools", &v1).0, 202);
+    client.wait_for("/api/health/servers", "the baseline", |s| s[0]["status"] == "UP");
+    let address = server.url.clone();
+    let url = address.as_str();
+
+    let (code, stdout, _) = run_cli(&["health", "--url", url]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("1/1 servers healthy"), "{stdout}");
+    let (code, stdout, _) = run_cli(&["drift", "pg", "--url", url]);
+    assert_eq!((code, stdout.trim()), (0, "No drift recorded for pg."));
+
+    assert_eq!(client.put_json("/api/servers/pg/tools", &v2).0, 202);
+    client.wait_for("/api/health/servers", "the drift", |s| s[0]["status"] == "DEGRADED");
+    for format in ["text", "json"] {
+        assert_eq!(
+            run_cli(&["health", "--url", url, "--format", format]).0,
+            1,
+            "health {format}: a server is not UP"
+        );
+        assert_eq!(
+            run_cli(&["drift", "pg", "--url", url, "--format", format]).0,
+            1,
+            "drift {format}: open BREAKING"
+        );
+    }
+    let (_, stdout, _) = run_cli(&["drift", "pg", "--url", url]);
+    assert!(stdout.contains("BREAKING   required_param_added       query · db"), "{stdout}");
+    assert!(stdout.contains("Impact: No recent callers — tool may be unused."), "{stdout}");
+    let (code, stdout, _) = run_cli(&["schema", "pg", "--url", url]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("db                   string     required  Database name"), "{stdout}");
+    let (code, stdout, _) =
+        run_cli(&["drift-impact", "pg", "--tool", "query", "--url", url, "--format", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json")["total_sessions"], 0);
+    let (code, stdout, _) = run_cli(&["drift-accept", "pg", "--url", url]);
+    assert_eq!(code, 0);
+    assert!(stdout.starts_with("Accepted pg: baseline "), "{stdout}");
+    let (code, stdout, _) = run_cli(&["drift-accept", "pg", "--url", url]);
+    assert_eq!((code, stdout.trim()), (0, "Nothing to accept: pg matches its baseline."));
+    assert_eq!(run_cli(&["health", "--url", url]).0, 0);
+
+    let (code, _, stderr) = run_cli(&["health", "--server", "nope", "--url", url]);
+    assert_eq!(code, 3, "an error answer from the server");
+    assert!(stderr.contains("HTTP 404"), "{stderr}");
+    drop(server);
+    let (code, _, stderr) = run_cli(&["health", "--url", url]);
+    assert_eq!(code, 3, "unreachable");
+    assert!(stderr.contains("cannot reach driftline"), "{stderr}");
+}
