@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: run demo test toolchain fmt lint unit bench build clean
+.PHONY: run demo test browser-test toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -16,13 +16,25 @@ demo: build
 build:
 	$(CARGO) build --release --locked --bin driftline
 
-## test: formatting, lints, and every test (unit, property, conformance, CLI).
+## test: formatting, lints, and every test (unit, property, conformance, CLI, end to end, browser).
 test: toolchain
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@mkdir -p target
 	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log
-	@awk '/^test result:/ { p += $$4; f += $$6 } END { print p " passed, " f " failed" }' target/test.log
+	$(MAKE) --no-print-directory browser-test
+	@awk '/^test result:/ { p += $$4; f += $$6 } /^# pass / { p += $$3 } /^# fail / { f += $$3 } \
+	     END { print p " passed, " f " failed" }' target/test.log target/browser-test.log
+
+# The dashboard in Debian's headless Chromium, driven by playwright-core from npm (no browser download).
+TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+browser-test:
+	@scripts/ensure-chromium.sh
+	cd tests/browser && npm ci --no-audit --no-fund --loglevel=error
+	$(CARGO) build --locked --bin driftline
+	@mkdir -p target
+	set -o pipefail; cd tests/browser && DRIFTLINE_BIN=$(TARGET_DIR)/debug/driftline SCREENSHOT_DIR=$(CURDIR)/target/screenshots \
+	    node --test dashboard.test.mjs 2>&1 | tee $(CURDIR)/target/browser-test.log
 
 # rustfmt and clippy ship with the machine's rustup toolchain; add them only where they are missing.
 toolchain:

@@ -2,6 +2,7 @@
 //! commands (accept a baseline, change thresholds) that it publishes for the detectors to apply in order.
 
 pub mod auth;
+mod dashboard;
 mod error;
 pub mod metrics;
 mod params;

@@ -40,6 +40,9 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .route("/metrics", get(crate::metrics::metrics))
+        .route("/", get(crate::dashboard::index))
+        .route("/ui/app.js", get(crate::dashboard::app))
+        .route("/ui/style.css", get(crate::dashboard::style))
         .with_state(state)
         .split_for_parts()
 }

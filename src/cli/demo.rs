@@ -20,7 +20,8 @@ pub fn search_v1() -> Value {
         {"name": "search_web", "description": "Search the web and return the top results.",
          "inputSchema": {"type": "object", "properties": {
              "q": {"type": "string", "description": "What to search for"},
-             "limit": {"type": "integer", "minimum": 1, "maximum": 50}}, "required": ["q"]}},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+             "safe_search": {"type": "string", "enum": ["off", "moderate", "strict"]}}, "required": ["q"]}},
         {"name": "fetch_page", "description": "Fetch a web page as markdown.",
          "inputSchema": {"type": "object", "properties": {"url": {"type": "string", "format": "uri"}}, "required": ["url"]}},
         {"name": "summarize", "description": "Summarize a text.",
@@ -141,7 +142,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> anyhow::Result<bool>) -> any
     Ok(())
 }
 
-pub fn run(api: &Api) -> anyhow::Result<ExitCode> {
+pub fn run(api: &Api, accept: bool) -> anyhow::Result<ExitCode> {
     let text = api.format() == Format::Text;
     let say = |line: &str| {
         if text {
@@ -186,9 +187,11 @@ pub fn run(api: &Api) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    say("\n== driftline drift-accept search-mcp");
-    client::drift_accept(api, "search-mcp")?;
-    say("\n== driftline health");
-    client::health(api, None)?;
+    if accept {
+        say("\n== driftline drift-accept search-mcp");
+        client::drift_accept(api, "search-mcp")?;
+        say("\n== driftline health");
+        client::health(api, None)?;
+    }
     Ok(ExitCode::from(EXIT_OK))
 }

@@ -74,6 +74,9 @@ enum Command {
     },
     /// Send a scripted scenario to a running server and show what driftline sees.
     Demo {
+        /// Leave the drift open instead of accepting the new baseline at the end.
+        #[arg(long)]
+        keep_drift: bool,
         #[command(flatten)]
         connection: client::Connection,
     },
@@ -118,7 +121,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client::drift_accept(&client::Api::new(connection), &server)
         }
         Command::Schema { server, connection } => client::schema(&client::Api::new(connection), &server),
-        Command::Demo { connection } => demo::run(&client::Api::new(connection)),
+        Command::Demo { keep_drift, connection } => demo::run(&client::Api::new(connection), !keep_drift),
     }
 }
 
