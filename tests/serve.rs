@@ -514,6 +514,7 @@ fn openapi_describes_every_route() {
         document["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
     let expected = BTreeSet::from([
         "/v1/spans",
+        "/v1/traces",
         "/api/servers/{name}/tools",
         "/api/health/servers",
         "/api/health/servers/{name}",

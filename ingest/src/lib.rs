@@ -3,6 +3,7 @@
 //! A batch is accepted or rejected whole; a rejection names every bad element.
 
 mod metrics;
+pub mod otlp;
 
 use std::sync::Arc;
 
@@ -49,6 +50,7 @@ pub fn router(state: IngestState) -> (Router, OpenApi) {
     OpenApiRouter::new()
         .routes(routes!(spans))
         .routes(routes!(tool_list))
+        .routes(routes!(traces))
         // Bodies are read (and limited) by the handlers, to answer 413 with a JSON body.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
@@ -263,4 +265,111 @@ async fn tool_list(
     metrics::TOOL_LISTS.with_label_values(&["accepted"]).inc();
     tracing::debug!(project = %who.project, server = %name, tools = count, "tool list accepted");
     Ok(accepted(json!({"server": name, "tools": count})))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OtlpEncoding {
+    Protobuf,
+    Json,
+}
+
+/// The OTLP answer, in the encoding of the request.
+fn otlp_response(encoding: OtlpEncoding, rejected: &[String]) -> Response {
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTracePartialSuccess, ExportTraceServiceResponse,
+    };
+    let partial_success = (!rejected.is_empty()).then(|| ExportTracePartialSuccess {
+        rejected_spans: rejected.len() as i64,
+        error_message: rejected.join("; "),
+    });
+    let response = ExportTraceServiceResponse { partial_success };
+    match encoding {
+        OtlpEncoding::Protobuf => {
+            let body = prost::Message::encode_to_vec(&response);
+            (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "application/x-protobuf")], body)
+                .into_response()
+        }
+        OtlpEncoding::Json => (StatusCode::OK, Json(response)).into_response(),
+    }
+}
+
+/// OTLP/HTTP traces: protobuf or JSON, optionally gzip-compressed. Tool-call spans become spans; others
+/// are counted and skipped (see [`otlp`] for the mapping).
+#[utoipa::path(post, path = "/v1/traces", tag = "ingest",
+    request_body(content = Object, description = "ExportTraceServiceRequest as application/x-protobuf or application/json (gzip allowed)"),
+    responses((status = 200, description = "ExportTraceServiceResponse, with partial_success when tool calls were rejected"),
+        (status = 400, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn traces(
+    State(state): State<IngestState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    let who = state.auth.authorize(&headers, Scope::Ingest)?;
+    let content_type =
+        headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let encoding = match content_type.split(';').next().map(str::trim) {
+        Some("application/x-protobuf") => OtlpEncoding::Protobuf,
+        Some("application/json") => OtlpEncoding::Json,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("content type {content_type:?}: send application/x-protobuf or application/json"),
+            ))
+        }
+    };
+    let limit = state.limits.max_body_bytes;
+    let mut bytes = read_body(&headers, body, limit).await?.to_vec();
+    let gzip =
+        headers.get(axum::http::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()) == Some("gzip");
+    if gzip {
+        use std::io::Read;
+        let mut inflated = Vec::new();
+        let read =
+            flate2::read::GzDecoder::new(bytes.as_slice()).take(limit as u64 + 1).read_to_end(&mut inflated);
+        match read {
+            Ok(n) if n > limit => {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("decompressed body is larger than {limit} bytes"),
+                ))
+            }
+            Ok(_) => bytes = inflated,
+            Err(err) => return Err(ApiError::bad_request(format!("body is not valid gzip: {err}"))),
+        }
+    }
+    let request: ExportTraceServiceRequest = match encoding {
+        OtlpEncoding::Protobuf => prost::Message::decode(bytes.as_slice())
+            .map_err(|err| ApiError::bad_request(format!("not an OTLP ExportTraceServiceRequest: {err}")))?,
+        OtlpEncoding::Json => serde_json::from_slice(&bytes)
+            .map_err(|err| ApiError::bad_request(format!("not an OTLP ExportTraceServiceRequest: {err}")))?,
+    };
+    let mapped = otlp::map_request(&request);
+    let now = (state.clock)();
+    let mut messages = Vec::with_capacity(mapped.spans.len());
+    let mut rejected = mapped.rejected;
+    for span in &mapped.spans {
+        if let Err(err) = valid_server_name(&span.server) {
+            rejected.push(format!("span {}: {}", span.span_id, err.body.error));
+            continue;
+        }
+        let record = record_from_span(span, &who.project, now);
+        metrics::SHAPE_OUTCOMES.with_label_values(&[record.shape_outcome.as_str()]).inc();
+        match serde_json::to_vec(&record) {
+            Ok(payload) => messages.push(Message { topic: Topic::Spans, key: record.key(), payload }),
+            Err(err) => rejected.push(format!("span {}: {err}", span.span_id)),
+        }
+    }
+    let accepted_count = messages.len() as u64;
+    if !messages.is_empty() {
+        if let Err(err) = state.producer.publish(messages).await {
+            metrics::OTLP_SPANS.with_label_values(&["unavailable"]).inc_by(accepted_count);
+            return Err(err.into());
+        }
+    }
+    metrics::OTLP_SPANS.with_label_values(&["tool_call"]).inc_by(accepted_count);
+    metrics::OTLP_SPANS.with_label_values(&["skipped"]).inc_by(mapped.skipped);
+    metrics::OTLP_SPANS.with_label_values(&["rejected"]).inc_by(rejected.len() as u64);
+    tracing::debug!(project = %who.project, tool_calls = accepted_count, skipped = mapped.skipped, rejected = rejected.len(), "otlp traces ingested");
+    Ok(otlp_response(encoding, &rejected))
 }

@@ -30,3 +30,13 @@ pub static TOOL_LISTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
     .expect("metric names are static and valid")
 });
+
+/// OTLP spans: `tool_call` (accepted), `skipped` (not a tool call), `rejected`, `unavailable`.
+pub static OTLP_SPANS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_ingest_otlp_spans_total",
+        "OTLP spans received, by result",
+        &["result"]
+    )
+    .expect("metric names are static and valid")
+});

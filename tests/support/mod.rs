@@ -106,9 +106,17 @@ impl Client {
     fn finish(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Reply {
         let mut response = response.expect("HTTP request");
         let status = response.status().as_u16();
-        let text = response.body_mut().read_to_string().expect("body");
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, body)
+        let binary = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
+        let bytes = response.body_mut().read_to_vec().expect("body");
+        if binary {
+            // Binary answers (protobuf) come back as an array of bytes.
+            return (status, Value::from(bytes));
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     fn auth(&self) -> Option<String> {
@@ -124,13 +132,19 @@ impl Client {
     }
 
     pub fn send(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+        self.send_with(method, path, body, &[("Content-Type", "application/json")])
+    }
+
+    pub fn send_with(&self, method: &str, path: &str, body: &[u8], headers: &[(&str, &str)]) -> Reply {
         let url = format!("{}{path}", self.base);
         let mut request = match method {
             "POST" => self.agent.post(url),
             "PUT" => self.agent.put(url),
             other => panic!("method {other}"),
         };
-        request = request.header("Content-Type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(auth) = self.auth() {
             request = request.header("Authorization", auth);
         }

@@ -1,0 +1,150 @@
+//! OTLP/HTTP trace ingest end to end: protobuf (as an OTLP exporter sends it, gzip-compressed) and JSON.
+
+mod support;
+
+use std::io::Write;
+
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
+use prost::Message;
+use support::{temp_dir, Server};
+
+fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.into())) }),
+        ..Default::default()
+    }
+}
+
+/// A trace of an agent run: one LLM span (not a tool call) and `n` tool calls of `search` on search-mcp,
+/// the last `drifted` of which return a different shape; plus one tool call without a server.
+fn export(n: usize, drifted: usize, now_ns: u64) -> ExportTraceServiceRequest {
+    let mut spans = vec![Span {
+        trace_id: vec![7; 16],
+        span_id: vec![1; 8],
+        name: "chat gpt".into(),
+        start_time_unix_nano: now_ns,
+        end_time_unix_nano: now_ns + 1_000_000,
+        attributes: vec![kv("gen_ai.operation.name", "chat")],
+        ..Default::default()
+    }];
+    for i in 0..n {
+        let result = if i >= n - drifted {
+            r#"{"hits": "none"}"#
+        } else {
+            r#"{"hits": [{"title": "t", "url": "u"}]}"#
+        };
+        spans.push(Span {
+            trace_id: vec![7; 16],
+            span_id: (i as u64 + 10).to_be_bytes().to_vec(),
+            name: "execute_tool search".into(),
+            start_time_unix_nano: now_ns,
+            end_time_unix_nano: now_ns + 42_000_000,
+            attributes: vec![
+                kv("gen_ai.operation.name", "execute_tool"),
+                kv("gen_ai.tool.name", "search"),
+                kv("gen_ai.tool.call.id", &format!("call-{i}")),
+                kv("gen_ai.conversation.id", &format!("conv-{}", i % 3)),
+                kv("mcp.server.name", "search-mcp"),
+                kv("gen_ai.tool.call.result", result),
+            ],
+            status: (i == 0).then(|| Status { code: status::StatusCode::Ok as i32, message: String::new() }),
+            ..Default::default()
+        });
+    }
+    spans.push(Span {
+        span_id: vec![9; 8],
+        attributes: vec![kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "orphan")],
+        start_time_unix_nano: now_ns,
+        end_time_unix_nano: now_ns,
+        ..Default::default()
+    });
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "research-agent")],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[test]
+fn protobuf_and_json_traces_become_tool_calls() {
+    let dir = temp_dir("otlp");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+
+    // Protobuf, gzip-compressed, as an OTLP/HTTP exporter sends it.
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(&export(12, 2, now_ns()).encode_to_vec()).expect("gzip");
+    let body = gzip.finish().expect("gzip");
+    let (status, answer) = client.send_with(
+        "POST",
+        "/v1/traces",
+        &body,
+        &[("Content-Type", "application/x-protobuf"), ("Content-Encoding", "gzip")],
+    );
+    assert_eq!(status, 200, "{answer}");
+    let bytes: Vec<u8> = serde_json::from_value(answer).expect("protobuf bytes");
+    let response = ExportTraceServiceResponse::decode(bytes.as_slice()).expect("an OTLP response");
+    let partial = response.partial_success.expect("one tool call was rejected");
+    assert_eq!(partial.rejected_spans, 1);
+    assert!(
+        partial.error_message.contains("no mcp.server.name or server.address attribute"),
+        "{}",
+        partial.error_message
+    );
+
+    client.wait_for("/api/tools", "12 tool calls", |tools| tools[0]["calls"] == 12);
+    let shape = client.get("/api/tools/search-mcp/search/shape").1;
+    assert_eq!(shape["signal_groups"][0]["occurrences"], 2, "{shape}");
+    assert_eq!(shape["signal_groups"][0]["reasons"][0]["path"], "hits");
+    let impact = client.get("/api/health/servers/search-mcp/drift-impact?tool_name=search").1;
+    assert_eq!(impact["consumers"][0]["agent_name"], "research-agent");
+    assert_eq!(impact["consumers"][0]["session_count"], 3);
+    assert_eq!(impact["consumers"][0]["avg_latency_ms"], 42.0);
+
+    // OTLP JSON (hex ids, string nanoseconds), as the spec writes it.
+    let json_body = serde_json::to_vec(&export(3, 0, now_ns())).expect("json");
+    let text = String::from_utf8(json_body.clone()).expect("utf-8");
+    assert!(text.contains("\"startTimeUnixNano\":\""), "OTLP JSON writes nanoseconds as strings: {text}");
+    let (status, answer) =
+        client.send_with("POST", "/v1/traces", &json_body, &[("Content-Type", "application/json")]);
+    assert_eq!(status, 200);
+    assert_eq!(answer["partialSuccess"]["rejectedSpans"], 1, "{answer}");
+    client.wait_for("/api/tools", "15 tool calls", |tools| tools[0]["calls"] == 15);
+
+    // Errors: wrong media type, bad protobuf, bad gzip.
+    let (status, answer) = client.send_with("POST", "/v1/traces", b"{}", &[("Content-Type", "text/plain")]);
+    assert_eq!(status, 415, "{answer}");
+    let (status, answer) = client.send_with(
+        "POST",
+        "/v1/traces",
+        b"\xff\xff\xff",
+        &[("Content-Type", "application/x-protobuf")],
+    );
+    assert_eq!((status, answer["error"].as_str().map(|e| e.starts_with("not an OTLP"))), (400, Some(true)));
+    let (status, _) = client.send_with(
+        "POST",
+        "/v1/traces",
+        b"nope",
+        &[("Content-Type", "application/json"), ("Content-Encoding", "gzip")],
+    );
+    assert_eq!(status, 400);
+    let metrics = client.get("/metrics").1;
+    let metrics = metrics.as_str().unwrap_or_default();
+    assert!(metrics.contains("driftline_ingest_otlp_spans_total{result=\"skipped\"} 2"), "{metrics}");
+    assert!(metrics.contains("driftline_ingest_otlp_spans_total{result=\"tool_call\"} 15"), "{metrics}");
+}
