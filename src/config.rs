@@ -20,6 +20,31 @@ pub struct Config {
     pub detector: DetectorConfig,
     pub limits: LimitsConfig,
     pub log: LogConfig,
+    pub probe: ProbeConfig,
+}
+
+/// Active probing of MCP servers (Streamable HTTP): their tool lists and whether they answer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeConfig {
+    /// The project probe results belong to.
+    pub project: String,
+    pub interval_seconds: u64,
+    /// Connecting, and each complete tools/list, must finish within this; otherwise the server is DOWN.
+    pub timeout_seconds: u64,
+    /// `[[probe.servers]] name = "search-mcp", url = "http://…/mcp", headers = { Authorization = "Bearer …" }`.
+    pub servers: Vec<driftline_probe::ProbeTarget>,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            project: "default".into(),
+            interval_seconds: 60,
+            timeout_seconds: 10,
+            servers: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -186,6 +211,20 @@ impl Config {
             }
         }
         self.detector.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
+        if self.probe.interval_seconds == 0 || self.probe.timeout_seconds == 0 {
+            bail!("probe.interval_seconds and probe.timeout_seconds must be at least 1");
+        }
+        for (index, target) in self.probe.servers.iter().enumerate() {
+            if driftline_api::valid_server_name(&target.name).is_err() {
+                bail!(
+                    "probe.servers[{index}].name = {:?}: use 1-256 characters from A-Z a-z 0-9 . _ : @ -",
+                    target.name
+                );
+            }
+            if !(target.url.starts_with("http://") || target.url.starts_with("https://")) {
+                bail!("probe.servers[{index}].url = {:?} must be an http:// or https:// Streamable HTTP endpoint", target.url);
+            }
+        }
         if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {
             bail!("limits.max_spans_per_batch and limits.max_body_bytes must be at least 1");
         }

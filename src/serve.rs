@@ -37,6 +37,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let auth = Arc::new(Auth::new(config.auth.keys.clone()));
     let producer: Arc<dyn driftline_bus::Producer> = Arc::new(bus);
+    let probe_settings = driftline_probe::ProbeSettings {
+        project: config.probe.project.clone(),
+        interval: Duration::from_secs(config.probe.interval_seconds),
+        timeout: Duration::from_secs(config.probe.timeout_seconds),
+    };
+    let probes = driftline_probe::spawn(
+        config.probe.servers.clone(),
+        probe_settings,
+        producer.clone(),
+        stop.subscribe(),
+    );
     let (ingest, ingest_doc) = driftline_ingest::router(IngestState {
         producer: producer.clone(),
         auth: auth.clone(),
@@ -70,6 +81,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);
+    for probe in probes {
+        let _ = tokio::time::timeout(Duration::from_secs(2), probe).await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(10), worker_task).await;
     tracing::info!("driftline stopped");
     Ok(())

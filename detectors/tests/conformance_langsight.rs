@@ -99,6 +99,7 @@ fn snapshot(tools: Vec<Value>) -> ToolListSnapshot {
         server: "pg".into(),
         captured_at: Timestamp::from_millis(0).expect("time"),
         source: SnapshotSource::Probe,
+        latency_ms: None,
         tools,
     }
 }

@@ -252,6 +252,7 @@ async fn tool_list(
         server: name.clone(),
         captured_at,
         source,
+        latency_ms: None,
         tools,
     };
     let payload = serde_json::to_vec(&snapshot).map_err(|err| ApiError::bad_request(err.to_string()))?;

@@ -29,7 +29,22 @@ pub struct ToolListSnapshot {
     pub server: String,
     pub captured_at: Timestamp,
     pub source: SnapshotSource,
+    /// Round trip of the probe that captured the list (probes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
     pub tools: Vec<Value>,
+}
+
+/// A probe that could not read a server's tool list in time (key `project/server`, on the tool-lists topic).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeFailure {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
+    pub project: String,
+    pub server: String,
+    pub probed_at: Timestamp,
+    pub error: String,
 }
 
 impl ToolListSnapshot {

@@ -47,6 +47,8 @@ pub struct ServerRow {
     pub tool_count: u32,
     pub last_seen: Option<Timestamp>,
     pub note: Option<String>,
+    /// The last probe's round trip, when the list came from a probe.
+    pub latency_ms: Option<f64>,
 }
 
 /// A tool's shape status as the worker last computed it (signal groups are read separately).

@@ -21,7 +21,10 @@ use serde_json::Value;
 use crate::{Batch, ImpactQuery, Resume, Store, StoreError};
 
 /// Migrations in order; the version is the position (1-based).
-const MIGRATIONS: &[&str] = &[include_str!("../../schemas/sqlite/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../schemas/sqlite/0001_init.sql"),
+    include_str!("../../schemas/sqlite/0002_probe_latency.sql"),
+];
 const WORKER: &str = "detectors";
 
 #[derive(Clone)]
@@ -168,11 +171,11 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
     }
     for server in &batch.servers {
         transaction.execute(
-            "INSERT INTO servers (project, server_name, status, schema_hash, tool_count, last_seen, note)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            "INSERT INTO servers (project, server_name, status, schema_hash, tool_count, last_seen, note, latency_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (project, server_name) DO UPDATE SET status = excluded.status,
                  schema_hash = excluded.schema_hash, tool_count = excluded.tool_count,
-                 last_seen = excluded.last_seen, note = excluded.note",
+                 last_seen = excluded.last_seen, note = excluded.note, latency_ms = excluded.latency_ms",
             params![
                 server.project,
                 server.server_name,
@@ -181,6 +184,7 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
                 server.tool_count,
                 server.last_seen.map(ms),
                 server.note,
+                server.latency_ms,
             ],
         )?;
     }
@@ -434,7 +438,7 @@ impl Store for SqliteStore {
         self.read(move |connection| {
             let open = open_counts(connection, &project)?;
             let mut select = connection.prepare_cached(
-                "SELECT server_name, status, schema_hash, tool_count, last_seen, note FROM servers
+                "SELECT server_name, status, schema_hash, tool_count, last_seen, note, latency_ms FROM servers
                  WHERE project = ?1 ORDER BY server_name",
             )?;
             let rows = select.query_map(params![project], |row| {
@@ -445,18 +449,19 @@ impl Store for SqliteStore {
                     row.get::<_, u32>(3)?,
                     row.get::<_, Option<i64>>(4)?,
                     row.get::<_, Option<String>>(5)?,
+                    row.get::<_, Option<f64>>(6)?,
                 ))
             })?;
             let mut servers = Vec::new();
             for row in rows {
-                let (server_name, status, schema_hash, tool_count, last_seen, note) = row?;
+                let (server_name, status, schema_hash, tool_count, last_seen, note, latency_ms) = row?;
                 let (open_drift, severity) = open.get(&server_name).cloned().unwrap_or_default();
                 servers.push(ServerHealth {
                     status: parse_name::<ServerStatus>(&status)?,
                     schema_hash,
                     tool_count,
                     last_seen: last_seen.map(timestamp).transpose()?,
-                    latency_ms: None,
+                    latency_ms,
                     open_drift,
                     max_severity: severity.as_deref().map(parse_name).transpose()?,
                     note,

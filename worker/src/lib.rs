@@ -18,8 +18,8 @@ use driftline_detectors::tool_drift::{
 };
 use driftline_schemas::api::{AcceptResult, OutcomeCounts, ShapeState, ToolShape};
 use driftline_schemas::{
-    derive_id, DetectorThresholds, InputPosition, OperatorCommand, OutputKind, ServerStatus, Timestamp,
-    ToolCallRecord, ToolCallSpan, ToolListSnapshot,
+    derive_id, DetectorThresholds, InputPosition, OperatorCommand, OutputKind, ProbeFailure, ServerStatus,
+    Timestamp, ToolCallRecord, ToolCallSpan, ToolListSnapshot,
 };
 use driftline_store::{Batch, EventUpdate, ServerRow, Store, StoreError, ToolShapeRow};
 use serde_json::json;
@@ -150,8 +150,15 @@ impl<C: Consumer> Worker<C> {
 
     fn process(&mut self, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) {
         let outcome = match record.topic {
-            Topic::ToolLists => serde_json::from_slice::<ToolListSnapshot>(&record.payload)
-                .map(|snapshot| self.tool_list(&snapshot, record, batch, dirty)),
+            Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
+                Ok(snapshot) => {
+                    self.tool_list(&snapshot, record, batch, dirty);
+                    Ok(())
+                }
+                Err(err) => serde_json::from_slice::<ProbeFailure>(&record.payload)
+                    .map(|failure| self.probe_failure(&failure, record, batch, dirty))
+                    .map_err(|_| err),
+            },
             Topic::Spans => self.read_call(record).map(|call| self.call(call, record, batch, dirty)),
             Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
                 .map(|command| self.command(command, record, batch, dirty)),
@@ -208,6 +215,32 @@ impl<C: Consumer> Worker<C> {
             state,
             Some(short_hash(&hash)),
             tool_count,
+            snapshot.latency_ms,
+            record.appended_at,
+        ));
+        dirty.servers.insert(key);
+    }
+
+    fn probe_failure(
+        &mut self,
+        failure: &ProbeFailure,
+        record: &Delivered,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+    ) {
+        let key = format!("{}/{}", failure.project, failure.server);
+        let state = self.servers.entry(key.clone()).or_default();
+        state.probe_failed(&failure.error);
+        let current = state.observed.as_ref().or(state.baseline.as_ref());
+        let hash = current.map(|c| short_hash(&c.hash));
+        let count = current.map_or(0, |c| normalize_tools(&c.tools).len() as u32);
+        batch.servers.push(server_row(
+            &failure.project,
+            &failure.server,
+            state,
+            hash,
+            count,
+            None,
             record.appended_at,
         ));
         dirty.servers.insert(key);
@@ -258,6 +291,7 @@ impl<C: Consumer> Worker<C> {
                             state,
                             hash,
                             count,
+                            None,
                             record.appended_at,
                         ));
                         dirty.servers.insert(key);
@@ -359,6 +393,7 @@ fn server_row(
     state: &ServerState,
     hash: Option<String>,
     tool_count: u32,
+    latency_ms: Option<f64>,
     at: Timestamp,
 ) -> ServerRow {
     let status = state.status();
@@ -380,6 +415,7 @@ fn server_row(
         tool_count,
         last_seen: Some(at),
         note,
+        latency_ms,
     }
 }
 

@@ -435,6 +435,7 @@ fn snapshot(tools: Value) -> ToolListSnapshot {
         server: "s".into(),
         captured_at: Timestamp::from_millis(0).expect("time"),
         source: SnapshotSource::Probe,
+        latency_ms: None,
         tools: tools.as_array().cloned().unwrap_or_default(),
     }
 }
