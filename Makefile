@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: run demo test browser-test toolchain fmt lint unit bench build clean
+.PHONY: run demo test browser-test python-test toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -23,8 +23,19 @@ test: toolchain
 	@mkdir -p target
 	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log
 	$(MAKE) --no-print-directory browser-test
+	$(MAKE) --no-print-directory python-test
 	@awk '/^test result:/ { p += $$4; f += $$6 } /^# pass / { p += $$3 } /^# fail / { f += $$3 } \
-	     END { print p " passed, " f " failed" }' target/test.log target/browser-test.log
+	     /^[0-9]+ (passed|failed).* in [0-9.]+s/ { for (i = 1; i < NF; i++) { if ($$(i+1) ~ /^passed/) p += $$i; if ($$(i+1) ~ /^failed/) f += $$i } } \
+	     END { print p " passed, " f " failed" }' target/test.log target/browser-test.log target/python-test.log
+
+# The Python capture snippet (examples/python) with the official `mcp` SDK, in a cached virtualenv.
+PYENV = target/python-env
+python-test:
+	@test -x $(PYENV)/bin/python || python3 -m venv $(PYENV)
+	@$(PYENV)/bin/pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+	$(CARGO) build --locked --bin driftline
+	set -o pipefail; DRIFTLINE_BIN=$(TARGET_DIR)/debug/driftline $(PYENV)/bin/python -m pytest -q -p no:cacheprovider examples/python 2>&1 \
+	    | tee target/python-test.log
 
 # The dashboard in Debian's headless Chromium, driven by playwright-core from npm (no browser download).
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')

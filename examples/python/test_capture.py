@@ -1,0 +1,95 @@
+"""Runs the capture snippet against `driftline serve` with a real MCP server (FastMCP, in memory)."""
+
+import asyncio
+import json
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+from mcp.server.fastmcp import FastMCP
+from mcp.shared.memory import create_connected_server_and_client_session
+
+from driftline_capture import DriftlineCapture
+
+BIN = os.environ.get("DRIFTLINE_BIN", os.path.join(os.path.dirname(__file__), "../../target/debug/driftline"))
+
+
+@pytest.fixture()
+def driftline():
+    data = tempfile.mkdtemp(prefix="driftline-py-")
+    process = subprocess.Popen(
+        [BIN, "serve", "--bind", "127.0.0.1:0", "--data-dir", data],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = process.stdout.readline()
+    assert line.startswith("driftline listening on "), line
+    yield line.strip().removeprefix("driftline listening on ")
+    process.terminate()
+    process.wait(timeout=20)
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def wait_for(url, done, what):
+    deadline = time.monotonic() + 10
+    while True:
+        body = get(url)
+        if done(body):
+            return body
+        assert time.monotonic() < deadline, f"waited 10 s for {what}: {body}"
+        time.sleep(0.05)
+
+
+def weather_server(shape_changed: bool) -> FastMCP:
+    server = FastMCP("weather")
+
+    @server.tool(description="Forecast for a city.")
+    def get_forecast(city: str, days: int = 1) -> dict:
+        return {"city": city, "temp": "warm"} if shape_changed else {"city": city, "temp_c": 21.5}
+
+    @server.tool(description="Weather alerts for a region.")
+    def get_alerts(region: str) -> dict:
+        return {"alerts": []}
+
+    return server
+
+
+async def run_agent(url: str, calls: int, shape_changed: bool) -> int:
+    capture = DriftlineCapture(url, server="weather-mcp", agent="travel-bot")
+    async with create_connected_server_and_client_session(weather_server(shape_changed)) as session:
+        count = await capture.tool_list(session)
+        for i in range(calls):
+            await capture.call_tool(session, "get_forecast", {"city": "Melbourne"}, session_id=f"trip-{i % 2}")
+    return count
+
+
+def test_tool_list_and_spans_reach_driftline(driftline):
+    assert asyncio.run(run_agent(driftline, calls=10, shape_changed=False)) == 2
+    servers = wait_for(f"{driftline}/api/health/servers", lambda s: s and s[0]["status"] == "UP", "the tool list")
+    assert servers[0]["server_name"] == "weather-mcp" and servers[0]["tool_count"] == 2
+    tools = get(f"{driftline}/api/servers/weather-mcp/tools")
+    assert sorted(t["tool_name"] for t in tools) == ["get_alerts", "get_forecast"]
+    forecast = next(t for t in tools if t["tool_name"] == "get_forecast")
+    assert forecast["input_schema"]["required"] == ["city"]
+
+    # The tool starts returning a different shape: driftline flags it.
+    asyncio.run(run_agent(driftline, calls=2, shape_changed=True))
+    shape = wait_for(
+        f"{driftline}/api/tools/weather-mcp/get_forecast/shape",
+        lambda s: s["signal_groups"] and s["signal_groups"][0]["occurrences"] == 2,
+        "the shape drift",
+    )
+    reasons = [r["path"] for r in shape["signal_groups"][0]["reasons"]]
+    assert reasons == ["temp_c", "temp"]
+    impact = get(f"{driftline}/api/health/servers/weather-mcp/drift-impact?tool_name=get_forecast")
+    assert impact["consumers"][0]["agent_name"] == "travel-bot"
+    assert impact["consumers"][0]["call_count"] == 12
+    assert impact["total_sessions"] == 2
