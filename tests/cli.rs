@@ -20,7 +20,10 @@ fn driftline(args: &[&str], stdin: &[u8]) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start driftline");
-    child.stdin.take().expect("stdin").write_all(stdin).expect("write stdin");
+    // A command that fails on its arguments exits without reading stdin: a broken pipe here is expected.
+    if let Err(err) = child.stdin.take().expect("stdin").write_all(stdin) {
+        assert_eq!(err.kind(), std::io::ErrorKind::BrokenPipe, "write stdin: {err}");
+    }
     let output = child.wait_with_output().expect("run driftline");
     Run {
         code: output.status.code().expect("exit code"),
