@@ -4,7 +4,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    DetectorThresholds, SchemaDriftEvent, ServerStatus, Severity, ShapeRanking, ShapeReason, Timestamp,
+    DetectorThresholds, SchemaDriftEvent, ServerStatus, Severity, ShapeOutcome, ShapeRanking, ShapeReason,
+    Timestamp,
 };
 
 /// Open drift of a server, counted by the worst classification of each open event.
@@ -123,6 +124,25 @@ pub struct OutcomeCounts {
     pub too_deep: u64,
     pub absent: u64,
     pub not_success: u64,
+}
+
+impl OutcomeCounts {
+    /// Adds `n` calls with `outcome`; a successful call counts in `successful_calls` too.
+    pub fn add(&mut self, outcome: ShapeOutcome, n: u64) {
+        if outcome != ShapeOutcome::NotSuccess {
+            self.successful_calls += n;
+        }
+        let counter = match outcome {
+            ShapeOutcome::Fingerprinted => &mut self.fingerprinted,
+            ShapeOutcome::Oversized => &mut self.oversized,
+            ShapeOutcome::TruncatedSentinel => &mut self.truncated_sentinel,
+            ShapeOutcome::Unparseable => &mut self.unparseable,
+            ShapeOutcome::TooDeep => &mut self.too_deep,
+            ShapeOutcome::Absent => &mut self.absent,
+            ShapeOutcome::NotSuccess => &mut self.not_success,
+        };
+        *counter += n;
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]

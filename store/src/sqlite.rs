@@ -370,20 +370,13 @@ fn signal_groups(
 
 fn outcome_counts(rows: &[(String, String, u64)]) -> OutcomeCounts {
     let mut counts = OutcomeCounts::default();
-    for (status, outcome, n) in rows {
-        if status == "success" {
-            counts.successful_calls += n;
-        }
-        let counter = match ShapeOutcome::ALL.iter().find(|o| o.as_str() == outcome) {
-            Some(ShapeOutcome::Fingerprinted) => &mut counts.fingerprinted,
-            Some(ShapeOutcome::Oversized) => &mut counts.oversized,
-            Some(ShapeOutcome::TruncatedSentinel) => &mut counts.truncated_sentinel,
-            Some(ShapeOutcome::Unparseable) => &mut counts.unparseable,
-            Some(ShapeOutcome::TooDeep) => &mut counts.too_deep,
-            Some(ShapeOutcome::Absent) => &mut counts.absent,
-            Some(ShapeOutcome::NotSuccess) | None => &mut counts.not_success,
-        };
-        *counter += n;
+    for (_, outcome, n) in rows {
+        let outcome = ShapeOutcome::ALL
+            .iter()
+            .copied()
+            .find(|o| o.as_str() == outcome)
+            .unwrap_or(ShapeOutcome::NotSuccess);
+        counts.add(outcome, *n);
     }
     counts
 }

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use driftline_bus::{BusError, Consumer, Delivered, Topic};
 use driftline_detectors::shape::record_from_span;
-use driftline_detectors::shape_drift::{self, ShapeStatus, ShapeTelemetry, ToolShapeState};
+use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{
-    normalize_tools, schema_hash, short_hash, BaselinePolicy, RecordContext, ServerState, ToolListOutput,
+    normalize_tools, schema_hash, short_hash, BaselinePolicy, HashedTools, RecordContext, ServerState,
+    ToolListOutput,
 };
-use driftline_schemas::api::{AcceptResult, OutcomeCounts, ShapeState, ToolShape};
+use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
     derive_id, DetectorThresholds, InputPosition, OperatorCommand, OutputKind, ProbeFailure, ServerStatus,
     Timestamp, ToolCallRecord, ToolCallSpan, ToolListSnapshot,
@@ -231,9 +232,7 @@ impl<C: Consumer> Worker<C> {
         let key = format!("{}/{}", failure.project, failure.server);
         let state = self.servers.entry(key.clone()).or_default();
         state.probe_failed(&failure.error);
-        let current = state.observed.as_ref().or(state.baseline.as_ref());
-        let hash = current.map(|c| short_hash(&c.hash));
-        let count = current.map_or(0, |c| normalize_tools(&c.tools).len() as u32);
+        let (hash, count) = list_summary(state.observed.as_ref().or(state.baseline.as_ref()));
         batch.servers.push(server_row(
             &failure.project,
             &failure.server,
@@ -282,9 +281,7 @@ impl<C: Consumer> Worker<C> {
                 });
                 if let Some(state) = state {
                     if acceptance.is_some() {
-                        let hash = state.baseline.as_ref().map(|b| short_hash(&b.hash));
-                        let count =
-                            state.baseline.as_ref().map_or(0, |b| normalize_tools(&b.tools).len() as u32);
+                        let (hash, count) = list_summary(state.baseline.as_ref());
                         batch.servers.push(server_row(
                             project,
                             server,
@@ -387,6 +384,11 @@ fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
     }
 }
 
+/// Short hash and tool count of a server's tool list.
+fn list_summary(list: Option<&HashedTools>) -> (Option<String>, u32) {
+    (list.map(|l| short_hash(&l.hash)), list.map_or(0, |l| normalize_tools(&l.tools).len() as u32))
+}
+
 fn server_row(
     project: &str,
     server: &str,
@@ -419,19 +421,6 @@ fn server_row(
     }
 }
 
-fn counts(telemetry: ShapeTelemetry) -> OutcomeCounts {
-    OutcomeCounts {
-        successful_calls: telemetry.successful_calls,
-        fingerprinted: telemetry.fingerprinted,
-        oversized: telemetry.oversized,
-        truncated_sentinel: telemetry.truncated_sentinel,
-        unparseable: telemetry.unparseable,
-        too_deep: telemetry.too_deep,
-        absent: telemetry.absent,
-        not_success: telemetry.not_success,
-    }
-}
-
 /// The API's view of a tool's shape status.
 pub fn shape_view(
     server: &str,
@@ -458,7 +447,7 @@ pub fn shape_view(
         window_size: state.window_size(),
         min_history_calls: thresholds.min_history_calls,
         history_window: thresholds.history_window,
-        telemetry: counts(state.telemetry),
+        telemetry: state.telemetry,
         signal_groups: Vec::new(),
     }
 }

@@ -9,6 +9,7 @@ mod rank;
 use std::collections::VecDeque;
 use std::fmt;
 
+use driftline_schemas::api::OutcomeCounts;
 use driftline_schemas::{
     derive_id, CallStatus, DetectorThresholds, InputPosition, OutputKind, ShapeDriftSignal, ShapeOutcome,
     ToolCallRecord,
@@ -27,41 +28,14 @@ pub struct ToolShapeState {
     window: VecDeque<u16>,
     /// Distinct shapes in the window; a slot with count 0 is free.
     slots: Vec<Slot>,
-    pub telemetry: ShapeTelemetry,
+    /// What happened to this tool's return values.
+    pub telemetry: OutcomeCounts,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Slot {
     shape: Box<str>,
     count: u32,
-}
-
-/// Counters of what happened to this tool's return values.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShapeTelemetry {
-    pub successful_calls: u64,
-    pub fingerprinted: u64,
-    pub oversized: u64,
-    pub truncated_sentinel: u64,
-    pub unparseable: u64,
-    pub too_deep: u64,
-    pub absent: u64,
-    pub not_success: u64,
-}
-
-impl ShapeTelemetry {
-    fn count(&mut self, outcome: ShapeOutcome) {
-        let counter = match outcome {
-            ShapeOutcome::Fingerprinted => &mut self.fingerprinted,
-            ShapeOutcome::Oversized => &mut self.oversized,
-            ShapeOutcome::TruncatedSentinel => &mut self.truncated_sentinel,
-            ShapeOutcome::Unparseable => &mut self.unparseable,
-            ShapeOutcome::TooDeep => &mut self.too_deep,
-            ShapeOutcome::Absent => &mut self.absent,
-            ShapeOutcome::NotSuccess => &mut self.not_success,
-        };
-        *counter += 1;
-    }
 }
 
 /// What one call tells the detector. Built from a [`ToolCallRecord`], or directly in tests.
@@ -143,10 +117,9 @@ impl ToolShapeState {
     /// against the window as it was **before** this call, then added to it.
     pub fn observe(&mut self, call: Observation<'_>, thresholds: &DetectorThresholds) -> Option<Firing> {
         if call.status != CallStatus::Success || call.outcome == ShapeOutcome::NotSuccess {
-            self.telemetry.count(ShapeOutcome::NotSuccess);
+            self.telemetry.add(ShapeOutcome::NotSuccess, 1);
             return None;
         }
-        self.telemetry.successful_calls += 1;
         let outcome = match (call.outcome, call.compact_bytes, call.shape) {
             (ShapeOutcome::Fingerprinted, Some(bytes), _)
                 if bytes > u64::from(thresholds.tool_return_value_max_bytes) =>
@@ -156,7 +129,7 @@ impl ToolShapeState {
             (ShapeOutcome::Fingerprinted, _, None) => ShapeOutcome::Unparseable,
             (outcome, _, _) => outcome,
         };
-        self.telemetry.count(outcome);
+        self.telemetry.add(outcome, 1);
         let shape = match (outcome, call.shape) {
             (ShapeOutcome::Fingerprinted, Some(shape)) => shape,
             _ => return None,
