@@ -61,7 +61,17 @@ pub fn shape_hex8(shape: &str) -> String {
 /// when several apply: `unparseable`, then `too_deep`, then `truncated_sentinel`, then `oversized`.
 /// Invalid UTF-8 anywhere is `unparseable`.
 pub fn fingerprint(json: &[u8], max_bytes: u64) -> Fingerprint {
-    let Ok(walked) = walk::walk(json) else {
+    fingerprint_checked(json, true, max_bytes)
+}
+
+/// [`fingerprint`] for text known to be UTF-8 (a `RawValue`, a `&str`): the same result without checking
+/// the encoding again. This is what ingest runs.
+pub fn fingerprint_str(json: &str, max_bytes: u64) -> Fingerprint {
+    fingerprint_checked(json.as_bytes(), false, max_bytes)
+}
+
+fn fingerprint_checked(json: &[u8], check_utf8: bool, max_bytes: u64) -> Fingerprint {
+    let Ok(walked) = walk::walk(json, check_utf8) else {
         return unparseable();
     };
     let compact_bytes = Some(walked.compact_bytes);
@@ -83,7 +93,7 @@ pub fn record_from_span(span: &ToolCallSpan, project: &str, ingested_at: Timesta
             Fingerprint { outcome: ShapeOutcome::NotSuccess, shape: None, compact_bytes: None }
         }
         (CallStatus::Success, None) => Fingerprint::absent(),
-        (CallStatus::Success, Some(raw)) => fingerprint(raw.get().as_bytes(), LARGEST_MAX_BYTES),
+        (CallStatus::Success, Some(raw)) => fingerprint_str(raw.get(), LARGEST_MAX_BYTES),
     };
     ToolCallRecord {
         schema_version: driftline_schemas::SCHEMA_VERSION,

@@ -243,6 +243,12 @@ proptest! {
     }
 
     #[test]
+    fn str_and_bytes_agree(value in arb_json()) {
+        let text = serde_json::to_string(&value).expect("serialize");
+        prop_assert_eq!(fingerprint_str(&text, CAP), fingerprint(text.as_bytes(), CAP));
+    }
+
+    #[test]
     fn never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
         let _ = fingerprint(&bytes, 16);
     }

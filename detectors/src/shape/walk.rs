@@ -15,11 +15,13 @@ pub struct Walked {
     pub is_truncated_sentinel: bool,
 }
 
-/// Walks JSON bytes. UTF-8 is checked where it matters: inside strings (anywhere else a non-ASCII byte
-/// is a syntax error), and only for strings that hold non-ASCII bytes.
-pub fn walk(json: &[u8]) -> Result<Walked, Invalid> {
+/// Walks JSON bytes. With `check_utf8`, UTF-8 is checked where it matters: inside strings (anywhere else a
+/// non-ASCII byte is a syntax error), and only for strings that hold non-ASCII bytes. Text that is already
+/// a `&str` needs no check.
+pub fn walk(json: &[u8], check_utf8: bool) -> Result<Walked, Invalid> {
     let mut walker = Walker {
         bytes: json,
+        check_utf8,
         pos: 0,
         whitespace: 0,
         containers: Vec::with_capacity(16),
@@ -65,6 +67,7 @@ enum Frame<'a> {
 
 struct Walker<'a> {
     bytes: &'a [u8],
+    check_utf8: bool,
     pos: usize,
     whitespace: usize,
     /// Every open container, for validation and depth.
@@ -297,7 +300,7 @@ impl<'a> Walker<'a> {
             }
         }
         // Escapes are ASCII, so checking the raw bytes checks every run between them.
-        if non_ascii {
+        if non_ascii && self.check_utf8 {
             utf8(&self.bytes[start..self.pos])?;
         }
         self.pos += 1;
