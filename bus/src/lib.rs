@@ -4,8 +4,13 @@
 
 mod sqlite;
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use driftline_schemas::{InputPosition, Timestamp};
+
+/// The last processed offset of each input partition (`InputPosition::partition` → offset).
+pub type Positions = BTreeMap<u32, u64>;
 
 pub use sqlite::SqliteBus;
 
@@ -70,18 +75,19 @@ pub trait Producer: Send + Sync {
     async fn publish(&self, messages: Vec<Message>) -> Result<(), BusError>;
 }
 
-/// Reads records in order, from a position the caller keeps (with its outputs, so a restart resumes
-/// exactly where the last durable batch ended).
+/// Reads records in order per partition, after positions the caller keeps (with its outputs, so a restart
+/// resumes exactly where the last durable batch ended).
 #[async_trait]
 pub trait Consumer: Send {
-    /// Up to `max` records after `after` (everything when `None`), waiting up to `wait` for the first.
+    /// Up to `max` records after `positions` (from the start of a partition it does not name), waiting up
+    /// to `wait` for the first.
     async fn poll(
         &mut self,
-        after: Option<InputPosition>,
+        positions: &Positions,
         max: usize,
         wait: std::time::Duration,
     ) -> Result<Vec<Delivered>, BusError>;
 
-    /// The newest position on the bus (for consumer lag), `None` when it is empty.
-    async fn end(&self) -> Result<Option<InputPosition>, BusError>;
+    /// Records on the bus after `positions` (consumer lag).
+    async fn lag(&self, positions: &Positions) -> Result<u64, BusError>;
 }

@@ -11,7 +11,7 @@ use driftline_schemas::{InputPosition, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::Notify;
 
-use crate::{BusError, Consumer, Delivered, Message, Producer, Topic};
+use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
 
 #[derive(Clone)]
 pub struct SqliteBus {
@@ -133,10 +133,12 @@ pub struct SqliteConsumer {
 impl Consumer for SqliteConsumer {
     async fn poll(
         &mut self,
-        after: Option<InputPosition>,
+        positions: &Positions,
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Delivered>, BusError> {
+        // One log, one partition: 0.
+        let after = positions.get(&0).map(|&offset| InputPosition { partition: 0, offset });
         // Register interest before reading, so an append between the read and the wait is not missed.
         let appended = self.bus.appended.clone();
         let notified = appended.notified();
@@ -148,12 +150,12 @@ impl Consumer for SqliteConsumer {
         read_blocking(&self.bus, after, max).await
     }
 
-    async fn end(&self) -> Result<Option<InputPosition>, BusError> {
+    async fn lag(&self, positions: &Positions) -> Result<u64, BusError> {
         let bus = self.bus.clone();
         let end = tokio::task::spawn_blocking(move || bus.end_offset())
             .await
             .map_err(|err| BusError::Unavailable(format!("read task failed: {err}")))??;
-        Ok((end > 0).then_some(InputPosition { partition: 0, offset: end }))
+        Ok(end.saturating_sub(positions.get(&0).copied().unwrap_or(0)))
     }
 }
 
@@ -191,15 +193,17 @@ mod tests {
         // A second handle on the same file sees everything: it was committed before publish returned.
         let reopened = SqliteBus::open(&path, || 0).expect("reopen");
         let mut consumer = reopened.consumer();
-        let all = consumer.poll(None, 10, Duration::ZERO).await.expect("poll");
+        let all = consumer.poll(&Positions::new(), 10, Duration::ZERO).await.expect("poll");
         let payloads: Vec<&[u8]> = all.iter().map(|d| d.payload.as_slice()).collect();
         assert_eq!(payloads, [b"1", b"2", b"3"]);
         assert_eq!(all[1].topic, Topic::ToolLists);
         assert_eq!(all[0].appended_at.as_millis(), 1_000);
-        let rest = consumer.poll(Some(all[0].position), 1, Duration::ZERO).await.expect("poll");
+        let after_first = Positions::from([(0, all[0].position.offset)]);
+        let rest = consumer.poll(&after_first, 1, Duration::ZERO).await.expect("poll");
         assert_eq!(rest.len(), 1);
         assert_eq!(rest[0].position, all[1].position);
         assert_eq!(reopened.end_offset().expect("end"), all[2].position.offset);
+        assert_eq!(consumer.lag(&after_first).await.expect("lag"), 2);
     }
 
     #[tokio::test]
@@ -212,7 +216,8 @@ mod tests {
         let mut consumer = bus.consumer();
         let publisher = bus.clone();
         let started = std::time::Instant::now();
-        let waiting = tokio::spawn(async move { consumer.poll(None, 10, Duration::from_secs(10)).await });
+        let waiting =
+            tokio::spawn(async move { consumer.poll(&Positions::new(), 10, Duration::from_secs(10)).await });
         tokio::time::sleep(Duration::from_millis(50)).await;
         publisher.publish(vec![message(Topic::Spans, "k", "x")]).await.expect("publish");
         let got = waiting.await.expect("join").expect("poll");

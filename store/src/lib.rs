@@ -7,13 +7,14 @@
 mod sqlite;
 
 use async_trait::async_trait;
+use driftline_bus::Positions;
 use driftline_schemas::api::{
     DriftImpact, OutcomeCounts, ReturnValueStats, ServerHealth, ShapeState, SignalGroup, ToolSchema,
     ToolShape, ToolSummary,
 };
 use driftline_schemas::{
-    DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus, ShapeDriftSignal,
-    Timestamp, ToolCallRecord,
+    DetectorThresholds, EventStatus, SchemaDriftEvent, ServerStatus, ShapeDriftSignal, Timestamp,
+    ToolCallRecord,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -69,8 +70,8 @@ pub struct EventUpdate {
 /// Everything one run of the worker produced. Written in one transaction.
 #[derive(Debug, Default)]
 pub struct Batch {
-    /// The last input position these outputs include.
-    pub position: Option<InputPosition>,
+    /// The last input offset of each partition these outputs include.
+    pub positions: Positions,
     /// Changed detector state: (`server` | `tool`, key, JSON).
     pub states: Vec<(String, String, String)>,
     pub events: Vec<SchemaDriftEvent>,
@@ -90,14 +91,14 @@ pub struct Batch {
 
 impl Batch {
     pub fn is_empty(&self) -> bool {
-        self.position.is_none() && self.states.is_empty() && self.applied_commands.is_empty()
+        self.positions.is_empty() && self.states.is_empty() && self.applied_commands.is_empty()
     }
 }
 
 /// What a worker needs to resume: its position and every detector state and setting.
 #[derive(Debug, Default)]
 pub struct Resume {
-    pub position: Option<InputPosition>,
+    pub positions: Positions,
     pub states: Vec<(String, String, String)>,
     pub settings: Vec<(String, DetectorThresholds)>,
 }

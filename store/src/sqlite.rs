@@ -12,8 +12,8 @@ use driftline_schemas::api::{
     ToolConsumer, ToolOutcomeStats, ToolSchema, ToolShape, ToolSummary, NO_RECENT_CALLERS,
 };
 use driftline_schemas::{
-    Classification, DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus,
-    ShapeDriftSignal, ShapeOutcome, Timestamp,
+    Classification, DetectorThresholds, EventStatus, SchemaDriftEvent, ServerStatus, ShapeDriftSignal,
+    ShapeOutcome, Timestamp,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
@@ -24,6 +24,7 @@ use crate::{Batch, ImpactQuery, Resume, Store, StoreError};
 const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0001_init.sql"),
     include_str!("../../schemas/sqlite/0002_probe_latency.sql"),
+    include_str!("../../schemas/sqlite/0003_positions_per_partition.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -274,11 +275,11 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
             params![id, ms(*at), text(result)?],
         )?;
     }
-    if let Some(position) = batch.position {
+    for (partition, offset) in &batch.positions {
         transaction.execute(
-            "INSERT INTO consumer_offsets (consumer, partition, offset) VALUES (?1, ?2, ?3)
-             ON CONFLICT (consumer) DO UPDATE SET partition = excluded.partition, offset = excluded.offset",
-            params![WORKER, position.partition, position.offset as i64],
+            "INSERT INTO consumer_positions (consumer, partition, offset) VALUES (?1, ?2, ?3)
+             ON CONFLICT (consumer, partition) DO UPDATE SET offset = excluded.offset",
+            params![WORKER, partition, *offset as i64],
         )?;
     }
     Ok(())
@@ -403,13 +404,11 @@ impl Store for SqliteStore {
 
     async fn resume(&self) -> Result<Resume, StoreError> {
         Self::with(&self.writer, |connection| {
-            let position = connection
-                .query_row(
-                    "SELECT partition, offset FROM consumer_offsets WHERE consumer = ?1",
-                    params![WORKER],
-                    |row| Ok(InputPosition { partition: row.get(0)?, offset: row.get::<_, i64>(1)? as u64 }),
-                )
-                .optional()?;
+            let mut select =
+                connection.prepare("SELECT partition, offset FROM consumer_positions WHERE consumer = ?1")?;
+            let positions = select
+                .query_map(params![WORKER], |row| Ok((row.get::<_, u32>(0)?, row.get::<_, i64>(1)? as u64)))?
+                .collect::<Result<_, _>>()?;
             let mut select = connection.prepare("SELECT kind, key, state FROM detector_state")?;
             let states = select
                 .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
@@ -421,7 +420,7 @@ impl Store for SqliteStore {
                 .into_iter()
                 .map(|(project, json)| Ok((project, serde_json::from_str(&json)?)))
                 .collect::<Result<_, StoreError>>()?;
-            Ok(Resume { position, states, settings })
+            Ok(Resume { positions, states, settings })
         })
         .await
     }
@@ -774,5 +773,38 @@ impl Store for SqliteStore {
             Ok(connection.query_row("SELECT 1", [], |row| row.get::<_, i64>(0)).map(|_| ())?)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use driftline_bus::Positions;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_upgraded_store_keeps_its_position_and_reapplies_nothing() {
+        let dir = std::env::temp_dir().join(format!("driftline-store-upgrade-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("driftline.db");
+        {
+            // A store written by version 1 of the schema, with a stored position.
+            let old = Connection::open(&path).expect("open");
+            old.execute_batch(&format!(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
+                 {} ; INSERT INTO schema_migrations VALUES (1, 0);
+                 INSERT INTO consumer_offsets (consumer, partition, offset) VALUES ('detectors', 0, 42);",
+                MIGRATIONS[0]
+            ))
+            .expect("version 1");
+        }
+        let store = SqliteStore::open(&path).expect("upgrade");
+        let resume = store.resume().await.expect("resume");
+        assert_eq!(resume.positions, Positions::from([(0, 42)]));
+        drop(store);
+        // Opening again applies nothing twice.
+        let store = SqliteStore::open(&path).expect("reopen");
+        assert_eq!(store.resume().await.expect("resume").positions, Positions::from([(0, 42)]));
     }
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use driftline_bus::{BusError, Consumer, Delivered, Topic};
+use driftline_bus::{BusError, Consumer, Delivered, Positions, Topic};
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{
@@ -19,8 +19,8 @@ use driftline_detectors::tool_drift::{
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
-    derive_id, DetectorThresholds, InputPosition, OperatorCommand, OutputKind, ProbeFailure, ServerStatus,
-    Timestamp, ToolCallRecord, ToolCallSpan, ToolListSnapshot,
+    derive_id, DetectorThresholds, OperatorCommand, OutputKind, ProbeFailure, ServerStatus, Timestamp,
+    ToolCallRecord, ToolCallSpan, ToolListSnapshot,
 };
 use driftline_store::{Batch, EventUpdate, ServerRow, Store, StoreError, ToolShapeRow};
 use serde_json::json;
@@ -46,7 +46,7 @@ pub struct Worker<C> {
     consumer: C,
     store: Arc<dyn Store>,
     settings: WorkerSettings,
-    position: Option<InputPosition>,
+    positions: Positions,
     servers: HashMap<String, ServerState>,
     tools: HashMap<String, ToolShapeState>,
     thresholds: HashMap<String, DetectorThresholds>,
@@ -58,7 +58,6 @@ pub struct Worker<C> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Progress {
     pub records: usize,
-    pub position: Option<InputPosition>,
 }
 
 impl<C: Consumer> Worker<C> {
@@ -73,7 +72,7 @@ impl<C: Consumer> Worker<C> {
             consumer,
             store,
             settings,
-            position: resume.position,
+            positions: resume.positions,
             servers: HashMap::new(),
             tools: HashMap::new(),
             thresholds: resume.settings.into_iter().collect(),
@@ -92,37 +91,37 @@ impl<C: Consumer> Worker<C> {
                 _ => {}
             }
         }
-        tracing::info!(position = ?worker.position, servers = worker.servers.len(), tools = worker.tools.len(), "detector state restored");
+        tracing::info!(positions = ?worker.positions, servers = worker.servers.len(), tools = worker.tools.len(), "detector state restored");
         Ok(worker)
     }
 
     /// Reads up to `max` records (waiting up to `wait` for the first), processes them, stores the batch.
     pub async fn poll_once(&mut self, max: usize, wait: Duration) -> Result<Progress, WorkerError> {
-        let records = self.consumer.poll(self.position, max, wait).await?;
+        let records = self.consumer.poll(&self.positions, max, wait).await?;
         if records.is_empty() {
-            return Ok(Progress { records: 0, position: self.position });
+            return Ok(Progress { records: 0 });
         }
         let mut batch = Batch::default();
         let mut dirty = Dirty::default();
         for record in &records {
             metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
             self.process(record, &mut batch, &mut dirty);
-            batch.position = Some(record.position);
+            batch.positions.insert(record.position.partition, record.position.offset);
         }
+        let positions = batch.positions.clone();
         self.flush_state(&mut batch, &dirty)?;
         let started = std::time::Instant::now();
         self.store.apply(batch).await?;
         let seconds = started.elapsed().as_secs_f64();
         metrics::FLUSH_SECONDS.observe(seconds);
         metrics::BATCH_SIZE.observe(records.len() as f64);
-        self.position = records.last().map(|r| r.position);
-        let end = self.consumer.end().await?.map_or(0, |p| p.offset);
-        let lag = end.saturating_sub(self.position.map_or(0, |p| p.offset));
+        self.positions.extend(positions);
+        let lag = self.consumer.lag(&self.positions).await?;
         metrics::LAG.set(lag as i64);
         metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
         metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
-        tracing::debug!(records = records.len(), seconds, lag, position = ?self.position, "batch stored");
-        Ok(Progress { records: records.len(), position: self.position })
+        tracing::debug!(records = records.len(), seconds, lag, "batch stored");
+        Ok(Progress { records: records.len() })
     }
 
     /// Polls until `shutdown` turns true; store or bus failures are retried with capped backoff.
@@ -142,7 +141,7 @@ impl<C: Consumer> Worker<C> {
                 _ = shutdown.changed() => {}
             }
         }
-        tracing::info!(position = ?self.position, "detector worker stopped");
+        tracing::info!(positions = ?self.positions, "detector worker stopped");
     }
 
     fn thresholds_of(&self, project: &str) -> DetectorThresholds {
