@@ -90,4 +90,7 @@ pub trait Consumer: Send {
 
     /// Records on the bus after `positions` (consumer lag).
     async fn lag(&self, positions: &Positions) -> Result<u64, BusError>;
+
+    /// Reads from `positions` again on the next poll (after a batch that was not stored).
+    async fn rewind(&mut self, positions: &Positions) -> Result<(), BusError>;
 }

@@ -150,6 +150,11 @@ impl Consumer for SqliteConsumer {
         read_blocking(&self.bus, after, max).await
     }
 
+    async fn rewind(&mut self, _positions: &Positions) -> Result<(), BusError> {
+        // Every poll reads after the positions it is given: nothing to do.
+        Ok(())
+    }
+
     async fn lag(&self, positions: &Positions) -> Result<u64, BusError> {
         let bus = self.bus.clone();
         let end = tokio::task::spawn_blocking(move || bus.end_offset())

@@ -61,38 +61,52 @@ pub struct Progress {
 }
 
 impl<C: Consumer> Worker<C> {
-    /// Restores every detector state and the input position from the store.
+    /// Restores every detector state and the input positions from the store.
     pub async fn resume(
         consumer: C,
         store: Arc<dyn Store>,
         settings: WorkerSettings,
     ) -> Result<Self, WorkerError> {
-        let resume = store.resume().await?;
         let mut worker = Worker {
             consumer,
             store,
             settings,
-            positions: resume.positions,
+            positions: Positions::new(),
             servers: HashMap::new(),
             tools: HashMap::new(),
-            thresholds: resume.settings.into_iter().collect(),
+            thresholds: HashMap::new(),
             dead_letters: 0,
         };
+        worker.reload().await?;
+        Ok(worker)
+    }
+
+    /// Replaces everything held in memory with what the store holds, and reads the bus from there again.
+    /// After a failed batch this undoes what processing it did, so no record counts twice.
+    async fn reload(&mut self) -> Result<(), WorkerError> {
+        let resume = self.store.resume().await?;
+        let mut servers = HashMap::new();
+        let mut tools = HashMap::new();
         for (kind, key, json) in resume.states {
             let bad =
                 |err: serde_json::Error| WorkerError::State { key: key.clone(), reason: err.to_string() };
             match kind.as_str() {
                 "server" => {
-                    worker.servers.insert(key.clone(), serde_json::from_str(&json).map_err(bad)?);
+                    servers.insert(key.clone(), serde_json::from_str(&json).map_err(bad)?);
                 }
                 "tool" => {
-                    worker.tools.insert(key.clone(), serde_json::from_str(&json).map_err(bad)?);
+                    tools.insert(key.clone(), serde_json::from_str(&json).map_err(bad)?);
                 }
                 _ => {}
             }
         }
-        tracing::info!(positions = ?worker.positions, servers = worker.servers.len(), tools = worker.tools.len(), "detector state restored");
-        Ok(worker)
+        self.servers = servers;
+        self.tools = tools;
+        self.thresholds = resume.settings.into_iter().collect();
+        self.positions = resume.positions;
+        self.consumer.rewind(&self.positions).await?;
+        tracing::info!(positions = ?self.positions, servers = self.servers.len(), tools = self.tools.len(), "detector state restored");
+        Ok(())
     }
 
     /// Reads up to `max` records (waiting up to `wait` for the first), processes them, stores the batch.
@@ -111,7 +125,11 @@ impl<C: Consumer> Worker<C> {
         let positions = batch.positions.clone();
         self.flush_state(&mut batch, &dirty)?;
         let started = std::time::Instant::now();
-        self.store.apply(batch).await?;
+        if let Err(err) = self.store.apply(batch).await {
+            // The batch changed detector state in memory but was not stored: go back to what was.
+            self.reload().await?;
+            return Err(err.into());
+        }
         let seconds = started.elapsed().as_secs_f64();
         metrics::FLUSH_SECONDS.observe(seconds);
         metrics::BATCH_SIZE.observe(records.len() as f64);
