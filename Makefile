@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: run demo test browser-test python-test toolchain fmt lint unit bench build clean
+.PHONY: run demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -21,7 +21,9 @@ test: toolchain
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@mkdir -p target
-	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log
+	deploy/local/kafka.sh up
+	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log; status=$$?; \
+	    deploy/local/kafka.sh down; exit $$status
 	$(MAKE) --no-print-directory browser-test
 	$(MAKE) --no-print-directory python-test
 	@awk '/^test result:/ { p += $$4; f += $$6 } /^# pass / { p += $$3 } /^# fail / { f += $$3 } \
@@ -60,6 +62,13 @@ lint:
 
 unit:
 	$(CARGO) test --workspace --locked --lib
+
+## infra-up / infra-down: Apache Kafka 4.x (KRaft, 127.0.0.1:19092) for `storage.bus = "kafka"`.
+infra-up:
+	deploy/local/kafka.sh up
+
+infra-down:
+	deploy/local/kafka.sh down
 
 ## bench: detector micro-benchmarks (criterion) and the service load generator; prints the figures we report.
 bench:

@@ -21,6 +21,41 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub log: LogConfig,
     pub probe: ProbeConfig,
+    pub kafka: KafkaConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port…]`
+    pub brokers: String,
+    /// Topics are `<prefix>tool-lists`, `<prefix>spans`, `<prefix>commands`.
+    pub topic_prefix: String,
+    /// Partitions of each topic that `driftline topics create` (and `serve`) create.
+    pub partitions: u32,
+    pub replication: u32,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: "127.0.0.1:19092".into(),
+            topic_prefix: "driftline.".into(),
+            partitions: 4,
+            replication: 1,
+        }
+    }
+}
+
+impl KafkaConfig {
+    pub fn settings(&self) -> driftline_bus::KafkaSettings {
+        driftline_bus::KafkaSettings {
+            brokers: self.brokers.clone(),
+            topic_prefix: self.topic_prefix.clone(),
+            partitions: self.partitions,
+            replication: self.replication,
+        }
+    }
 }
 
 /// Active probing of MCP servers (Streamable HTTP): their tool lists and whether they answer.
@@ -66,6 +101,8 @@ pub enum BusKind {
     /// A durable log in SQLite inside the process.
     #[default]
     Embedded,
+    /// Apache Kafka (the `[kafka]` section).
+    Kafka,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -211,6 +248,9 @@ impl Config {
             }
         }
         self.detector.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
+        if self.kafka.partitions == 0 || self.kafka.partitions > 65_536 || self.kafka.replication == 0 {
+            bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");
+        }
         if self.probe.interval_seconds == 0 || self.probe.timeout_seconds == 0 {
             bail!("probe.interval_seconds and probe.timeout_seconds must be at least 1");
         }

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use driftline_api::{ApiState, Auth};
-use driftline_bus::SqliteBus;
+use driftline_bus::{KafkaBus, SqliteBus};
 use driftline_ingest::{IngestState, Limits};
 use driftline_schemas::Timestamp;
 use driftline_store::SqliteStore;
 use driftline_worker::{Worker, WorkerSettings};
 
-use crate::config::Config;
+use crate::config::{BusKind, Config};
 
 pub fn now() -> Timestamp {
     Timestamp::from(chrono::Utc::now())
@@ -25,18 +25,30 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let data_dir = &config.storage.data_dir;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create storage.data_dir {}", data_dir.display()))?;
-    let bus = SqliteBus::open(&data_dir.join("bus.db"), now_ms).context("cannot open the embedded bus")?;
     let store = Arc::new(SqliteStore::open(&data_dir.join("driftline.db")).context("cannot open the store")?);
     let settings = WorkerSettings {
         thresholds: config.detector.thresholds(),
         baseline_policy: config.detector.baseline,
     };
-    let worker = Worker::resume(bus.consumer(), store.clone(), settings).await?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let worker_task = tokio::spawn(worker.run(stopped));
-
+    let (producer, worker_task): (Arc<dyn driftline_bus::Producer>, _) = match config.storage.bus {
+        BusKind::Embedded => {
+            let bus =
+                SqliteBus::open(&data_dir.join("bus.db"), now_ms).context("cannot open the embedded bus")?;
+            let worker = Worker::resume(bus.consumer(), store.clone(), settings).await?;
+            (Arc::new(bus), tokio::spawn(worker.run(stopped)))
+        }
+        BusKind::Kafka => {
+            let bus =
+                KafkaBus::connect(config.kafka.settings()).context("cannot configure the Kafka producer")?;
+            bus.ensure_topics()
+                .await
+                .with_context(|| format!("cannot reach Kafka at kafka.brokers = {}", config.kafka.brokers))?;
+            let worker = Worker::resume(bus.consumer()?, store.clone(), settings).await?;
+            (Arc::new(bus), tokio::spawn(worker.run(stopped)))
+        }
+    };
     let auth = Arc::new(Auth::new(config.auth.keys.clone()));
-    let producer: Arc<dyn driftline_bus::Producer> = Arc::new(bus);
     let probe_settings = driftline_probe::ProbeSettings {
         project: config.probe.project.clone(),
         interval: Duration::from_secs(config.probe.interval_seconds),
@@ -109,4 +121,22 @@ async fn shutdown_signal() {
         _ = terminate => {}
     }
     tracing::info!("shutdown requested");
+}
+
+/// `driftline topics create|describe` against `[kafka]`.
+pub async fn topics(config: &Config, create: bool) -> anyhow::Result<()> {
+    let bus = KafkaBus::connect(config.kafka.settings())?;
+    if create {
+        let created = bus.ensure_topics().await?;
+        if created.is_empty() {
+            println!("all topics exist");
+        }
+        for name in created {
+            println!("created {name} ({} partitions)", config.kafka.partitions);
+        }
+    }
+    for (name, partitions) in bus.describe_topics()? {
+        println!("{name}\t{partitions} partitions");
+    }
+    Ok(())
 }

@@ -7,21 +7,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{temp_dir, Client, Server};
-
-fn run_cli(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_driftline")).args(args).output().expect("run driftline");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn span(id: &str, tool: &str, value: Value) -> Value {
-    json!({"span_id": id, "session_id": "s", "agent_name": "agent", "server": "srv", "tool": tool,
-        "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 10, "status": "success", "return_value": value})
-}
+use support::{outputs, run_cli, span, stream_part, temp_dir, wait_for_calls, Server};
 
 #[test]
 fn the_demo_scenario() {
@@ -159,54 +145,6 @@ fn the_demo_scenario() {
     assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json").as_array().map(Vec::len), Some(2));
 }
 
-/// Sends a fixed stream in `parts`: tool lists that drift and revert, and spans whose shape changes.
-fn stream_part(client: &Client, part: usize) {
-    let list = |version: usize| {
-        let mut tools = vec![
-            json!({"name": "lookup", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}),
-        ];
-        if version % 2 == 1 {
-            tools.push(json!({"name": format!("extra_{version}")}));
-        }
-        Value::Array(tools)
-    };
-    assert_eq!(client.put_json("/api/servers/srv/tools", &list(part)).0, 202);
-    let spans: Vec<Value> = (0..30)
-        .map(|i| {
-            let value =
-                if part >= 2 && i % 3 == 0 { json!({"id": "x"}) } else { json!({"id": 1, "ok": true}) };
-            span(&format!("p{part}-{i}"), "lookup", value)
-        })
-        .collect();
-    assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
-}
-
-/// Everything a user can query that the detectors produced, without ingest times.
-fn outputs(client: &Client) -> Value {
-    let history = client.get("/api/health/servers/srv/drift-history?limit=100").1;
-    let events: Vec<Value> = history["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .map(|e| json!({"id": e["id"], "status": e["status"], "changes": e["changes"], "hashes": [e["previous_hash"], e["current_hash"]]}))
-        .collect();
-    let shape = client.get("/api/tools/srv/lookup/shape").1;
-    let groups: Vec<Value> = shape["signal_groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .map(|g| json!({"fingerprint": g["fingerprint"], "occurrences": g["occurrences"], "sample": g["sample_span_id"]}))
-        .collect();
-    let server = client.get("/api/health/servers/srv").1;
-    json!({"events": events, "groups": groups, "status": shape["status"], "telemetry": shape["telemetry"],
-        "server": [server["status"], server["schema_hash"], server["open_drift"]],
-        "calls": client.get("/api/tools").1[0]["calls"]})
-}
-
-fn wait_for_calls(client: &Client, calls: u64) {
-    client.wait_for("/api/tools", &format!("{calls} calls processed"), |tools| tools[0]["calls"] == calls);
-}
-
 #[test]
 fn a_restart_mid_stream_ends_where_an_uninterrupted_run_ends() {
     let parts = 4;
@@ -247,7 +185,7 @@ fn concurrent_ingest_loses_nothing() {
     let url = server.url.clone();
     let workers: Vec<_> = (0..4)
         .map(|thread| {
-            let client = Client::for_url(&url, None);
+            let client = support::client_for(&url, None);
             std::thread::spawn(move || {
                 for request in 0..10 {
                     let spans: Vec<Value> = (0..50)
@@ -354,12 +292,6 @@ fn bad_input_is_refused_with_a_reason_and_changes_nothing() {
     client.wait_for("/api/settings/return-value-stats", "the deep value counted", |s| {
         s["totals"]["too_deep"] == 1
     });
-}
-
-impl Client {
-    pub fn for_url(url: &str, key: Option<&str>) -> Client {
-        support::client_for(url, key)
-    }
 }
 
 const KEYS: &str = r#"

@@ -2,6 +2,7 @@
 //! once `publish` returns. The embedded implementation is a log in SQLite; the Kafka one plugs in behind
 //! the same traits.
 
+mod kafka;
 mod sqlite;
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use driftline_schemas::{InputPosition, Timestamp};
 /// The last processed offset of each input partition (`InputPosition::partition` → offset).
 pub type Positions = BTreeMap<u32, u64>;
 
+pub use kafka::{KafkaBus, KafkaConsumer, KafkaSettings};
 pub use sqlite::SqliteBus;
 
 /// The topics of DESIGN.md §8 (without the `driftline.` prefix).

@@ -35,6 +35,13 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Run ingest, the detectors and the API in one process (embedded bus and SQLite store).
     Serve(ServeArgs),
+    /// Create (or describe) the Kafka topics of `[kafka]`.
+    Topics {
+        #[arg(value_parser = ["create", "describe"])]
+        action: String,
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+    },
     /// Server health: status, tools, schema hash, open drift (exit 1 when a server is not UP).
     Health {
         #[arg(long)]
@@ -108,6 +115,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Diff(args) => diff::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Serve(args) => serve(args),
+        Command::Topics { action, config } => {
+            let config = crate::config::Config::load(config.as_deref())?;
+            let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            runtime.block_on(crate::serve::topics(&config, action == "create"))?;
+            Ok(ExitCode::from(EXIT_OK))
+        }
         Command::Health { server, connection } => {
             client::health(&client::Api::new(connection), server.as_deref())
         }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 pub struct Server {
     child: Child,
@@ -178,4 +178,87 @@ impl Client {
 
 pub fn client_for(url: &str, key: Option<&str>) -> Client {
     Client { base: url.to_owned(), key: key.map(String::from), agent: agent() }
+}
+
+pub fn run_cli(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_driftline")).args(args).output().expect("run driftline");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+pub fn span(id: &str, tool: &str, value: Value) -> Value {
+    json!({"span_id": id, "session_id": "s", "agent_name": "agent", "server": "srv", "tool": tool,
+        "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 10, "status": "success", "return_value": value})
+}
+
+/// Sends a fixed stream in `parts`: tool lists that drift and revert, and spans whose shape changes.
+pub fn stream_part(client: &Client, part: usize) {
+    let list = |version: usize| {
+        let mut tools = vec![
+            json!({"name": "lookup", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}),
+        ];
+        if version % 2 == 1 {
+            tools.push(json!({"name": format!("extra_{version}")}));
+        }
+        Value::Array(tools)
+    };
+    assert_eq!(client.put_json("/api/servers/srv/tools", &list(part)).0, 202);
+    let spans: Vec<Value> = (0..30)
+        .map(|i| {
+            let value =
+                if part >= 2 && i % 3 == 0 { json!({"id": "x"}) } else { json!({"id": 1, "ok": true}) };
+            span(&format!("p{part}-{i}"), "lookup", value)
+        })
+        .collect();
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+}
+
+/// Everything a user can query that the detectors produced, without ingest times.
+pub fn outputs(client: &Client) -> Value {
+    let history = client.get("/api/health/servers/srv/drift-history?limit=100").1;
+    let events: Vec<Value> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| json!({"id": e["id"], "status": e["status"], "changes": e["changes"], "hashes": [e["previous_hash"], e["current_hash"]]}))
+        .collect();
+    let shape = client.get("/api/tools/srv/lookup/shape").1;
+    let groups: Vec<Value> = shape["signal_groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| json!({"fingerprint": g["fingerprint"], "occurrences": g["occurrences"], "sample": g["sample_span_id"]}))
+        .collect();
+    let server = client.get("/api/health/servers/srv").1;
+    json!({"events": events, "groups": groups, "status": shape["status"], "telemetry": shape["telemetry"],
+        "server": [server["status"], server["schema_hash"], server["open_drift"]],
+        "calls": client.get("/api/tools").1[0]["calls"]})
+}
+
+pub fn wait_for_calls(client: &Client, calls: u64) {
+    client.wait_for("/api/tools", &format!("{calls} calls processed"), |tools| tools[0]["calls"] == calls);
+}
+
+/// Brokers of a real Apache Kafka: `KAFKA_BROKERS`, or the single-node broker that
+/// `deploy/local/kafka.sh up` starts (idempotent: it returns at once when the broker listens).
+pub fn kafka_brokers() -> String {
+    if let Ok(brokers) = std::env::var("KAFKA_BROKERS") {
+        return brokers;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/kafka.sh");
+    let status = Command::new(&script).arg("up").status().expect("run deploy/local/kafka.sh");
+    assert!(status.success(), "deploy/local/kafka.sh up failed (its output says why)");
+    "127.0.0.1:19092".to_owned()
+}
+
+/// Environment that runs `serve` on Kafka with topics of its own.
+pub fn kafka_env(brokers: &str, prefix: &str) -> Vec<(String, String)> {
+    vec![
+        ("DRIFTLINE__STORAGE__BUS".into(), "kafka".into()),
+        ("DRIFTLINE__KAFKA__BROKERS".into(), brokers.into()),
+        ("DRIFTLINE__KAFKA__TOPIC_PREFIX".into(), format!("{prefix}-{}.", std::process::id())),
+    ]
 }
