@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::{kafka_brokers, kafka_env, outputs, run_cli, stream_part, temp_dir, wait_for_calls, Server};
+use support::{kafka_brokers, kafka_env, outputs, stream_part, temp_dir, wait_for_calls, Server};
 
 fn start(name: &str, dir: &std::path::Path, brokers: &str) -> Server {
     let env = kafka_env(brokers, name);
@@ -17,22 +17,7 @@ fn the_demo_scenario_over_kafka() {
     let brokers = kafka_brokers();
     let dir = temp_dir("kafka-demo");
     let server = start("demo", &dir, &brokers);
-    let (code, stdout, stderr) = run_cli(&["demo", "--url", &server.url]);
-    assert_eq!(code, 0, "demo failed: {stderr}\n{stdout}");
-    for expected in [
-        "3 changes (1 breaking, 1 warning, 1 compatible)",
-        "Impact: planner — 12 sessions, 24 calls, 0 errors in 24h (HIGH risk)",
-        "tool_schema_drift:get_forecast:08ed04f6 · BREAKING · 3 calls",
-        "Accepted search-mcp",
-        "2/2 servers healthy",
-    ] {
-        assert!(stdout.contains(expected), "demo output lacks {expected:?}:\n{stdout}");
-    }
-    let client = server.client(None);
-    let tools = client.get("/api/tools").1;
-    let calls: Vec<u64> =
-        tools.as_array().expect("tools").iter().filter_map(|t| t["calls"].as_u64()).collect();
-    assert_eq!(calls, [27, 23]);
+    support::check_demo_scenario(&server);
     // `serve` created its topics with the configured partitions; `driftline topics describe` shows them.
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_driftline"))
         .args(["topics", "describe"])

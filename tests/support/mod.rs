@@ -262,3 +262,138 @@ pub fn kafka_env(brokers: &str, prefix: &str) -> Vec<(String, String)> {
         ("DRIFTLINE__KAFKA__TOPIC_PREFIX".into(), format!("{prefix}-{}.", std::process::id())),
     ]
 }
+
+/// Runs `driftline demo` against `server` and checks every number of the scenario, through the CLI and the
+/// API. The same checks run in every deployment mode (embedded, Kafka).
+pub fn check_demo_scenario(server: &Server) {
+    let (code, stdout, stderr) = run_cli(&["demo", "--url", &server.url]);
+    assert_eq!(code, 0, "demo failed: {stderr}\n{stdout}");
+    for expected in [
+        "search-mcp   DEGRADED",
+        "1/2 servers healthy",
+        "3 changes (1 breaking, 1 warning, 1 compatible)",
+        "⚠ 3 high-severity security flags",
+        "required_param_added       search_web · filters",
+        "Impact: planner — 12 sessions, 24 calls, 0 errors in 24h (HIGH risk)",
+        "Impact: researcher — 3 sessions, 3 calls, 1 errors in 24h (MEDIUM risk)",
+        "tool_schema_drift:get_forecast:08ed04f6 · BREAKING · 3 calls",
+        "Accepted search-mcp",
+        "2/2 servers healthy",
+    ] {
+        assert!(stdout.contains(expected), "demo output lacks {expected:?}:\n{stdout}");
+    }
+
+    let client = server.client(None);
+    let (status, servers) = client.get("/api/health/servers");
+    assert_eq!(status, 200);
+    let names: Vec<(&str, &str, u64)> = servers
+        .as_array()
+        .expect("servers")
+        .iter()
+        .map(|s| {
+            (
+                s["server_name"].as_str().unwrap_or(""),
+                s["status"].as_str().unwrap_or(""),
+                s["tool_count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(names, [("search-mcp", "UP", 4), ("weather-mcp", "UP", 2)]);
+
+    let (_, history) = client.get("/api/health/servers/search-mcp/drift-history?limit=10");
+    let events = history["events"].as_array().expect("events");
+    assert_eq!(events.len(), 1);
+    let event = &events[0];
+    assert_eq!((event["status"].as_str(), event["accepted_by"].as_str()), (Some("accepted"), Some("local")));
+    assert_eq!(event["max_classification"], "BREAKING");
+    assert_eq!(event["max_severity"], "high");
+    let kinds: Vec<(&str, &str)> = event["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| (c["change_type"].as_str().unwrap_or(""), c["classification"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("description_changed", "WARNING"),
+            ("tool_added", "COMPATIBLE"),
+            ("required_param_added", "BREAKING")
+        ]
+    );
+
+    // Risk follows open drift: once accepted, the callers of search_web are no longer at risk.
+    let (_, impact) = client.get("/api/health/servers/search-mcp/drift-impact?tool_name=search_web&hours=24");
+    assert_eq!(impact["total_sessions"], 15);
+    let consumers: Vec<(&str, u64, u64, u64, &str)> = impact["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .map(|c| {
+            let n = |k: &str| c[k].as_u64().unwrap_or(0);
+            (
+                c["agent_name"].as_str().unwrap_or(""),
+                n("session_count"),
+                n("call_count"),
+                n("error_count"),
+                c["risk"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(consumers, [("planner", 12, 24, 0, "LOW"), ("researcher", 3, 3, 1, "LOW")]);
+    let (_, unused) = client.get("/api/health/servers/search-mcp/drift-impact?tool_name=summarize");
+    assert_eq!(unused["message"], "No recent callers — tool may be unused.");
+
+    let (_, shape) = client.get("/api/tools/weather-mcp/get_forecast/shape");
+    assert_eq!(shape["state"], "stable");
+    assert_eq!(shape["window_size"], 23);
+    assert_eq!(shape["signal_groups"][0]["occurrences"], 3);
+    assert_eq!(shape["signal_groups"][0]["ranking"], "breaking");
+
+    let (_, tools) = client.get("/api/tools");
+    let calls: Vec<(&str, u64, u64, bool)> = tools
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or(""),
+                t["calls"].as_u64().unwrap_or(0),
+                t["errors"].as_u64().unwrap_or(0),
+                t["declared"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    assert_eq!(calls, [("search_web", 27, 1, true), ("get_forecast", 23, 0, true)]);
+
+    let (_, stats) = client.get("/api/settings/return-value-stats?hours=24");
+    assert_eq!(stats["totals"]["successful_calls"], 49);
+    assert_eq!(stats["totals"]["fingerprinted"], 49);
+    assert_eq!(stats["totals"]["not_success"], 1);
+
+    let (_, schema) = client.get("/api/servers/search-mcp/tools");
+    let names: Vec<&str> =
+        schema.as_array().expect("tools").iter().filter_map(|t| t["tool_name"].as_str()).collect();
+    assert_eq!(names, ["fetch_page", "search_images", "search_web", "summarize"]);
+
+    let (status, metrics) = client.get("/metrics");
+    assert_eq!(status, 200);
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    for series in [
+        "driftline_ingest_spans_total{result=\"accepted\"} 50",
+        "driftline_ingest_tool_lists_total{result=\"accepted\"} 3",
+        "driftline_http_requests_total{method=\"POST\",route=\"/v1/spans\",status=\"202\"} 1",
+        "driftline_http_requests_total{method=\"PUT\",route=\"/api/servers/{name}/tools\",status=\"202\"} 3",
+        "driftline_drift_events_total{classification=\"BREAKING\"} 1",
+        "driftline_drift_events_high_severity_total 1",
+        "driftline_shape_signals_total{ranking=\"breaking\"} 3",
+        "driftline_worker_consumer_lag 0",
+        "driftline_detector_state_keys{kind=\"tool\"} 2",
+    ] {
+        assert!(metrics.contains(series), "/metrics lacks {series}:\n{metrics}");
+    }
+
+    let (code, stdout, _) = run_cli(&["health", "--url", &server.url, "--format", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json").as_array().map(Vec::len), Some(2));
+}
