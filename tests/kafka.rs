@@ -58,3 +58,80 @@ fn a_kill_mid_stream_over_kafka_ends_where_an_uninterrupted_run_ends() {
     assert_eq!(restarted, uninterrupted);
     assert!(restarted["events"].as_array().is_some_and(|e| e.len() >= 2), "{restarted}");
 }
+
+/// A broker of the test's own (other ports, other data), so stopping it disturbs no other test.
+struct OwnBroker {
+    env: Vec<(String, String)>,
+}
+
+impl OwnBroker {
+    fn script(&self, action: &str) {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/kafka.sh");
+        let status =
+            std::process::Command::new(script).arg(action).envs(self.env.clone()).status().expect("kafka.sh");
+        assert!(status.success(), "kafka.sh {action} failed");
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        self.script("down");
+    }
+}
+
+#[test]
+fn a_broker_outage_is_503_and_nothing_acknowledged_is_lost() {
+    let dir = temp_dir("kafka-outage");
+    let broker = OwnBroker {
+        env: vec![
+            ("KAFKA_PORT".into(), "19192".into()),
+            ("KAFKA_CONTROLLER_PORT".into(), "19193".into()),
+            ("DRIFTLINE_INFRA_DIR".into(), dir.join("infra").display().to_string()),
+        ],
+    };
+    broker.script("up");
+    let data = dir.join("serve");
+    std::fs::create_dir_all(&data).expect("data dir");
+    let server = start("outage", &data, "127.0.0.1:19192");
+    // While the broker restarts, the idempotent producer may hold a request for a while before answering.
+    let client = support::patient_client(&server.url, 120);
+    let batch = |from: usize| {
+        serde_json::Value::Array(
+            (from..from + 10)
+                .map(|i| support::span(&format!("o{i}"), "lookup", serde_json::json!({"i": i})))
+                .collect(),
+        )
+    };
+    assert_eq!(client.post_json("/v1/spans", &batch(0)).0, 202);
+    wait_for_calls(&client, 10);
+
+    broker.script("down");
+    let (status, answer) = client.post_json("/v1/spans", &batch(100));
+    assert_eq!(status, 503, "{answer}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("nothing was stored")), "{answer}");
+
+    broker.script("up");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (status, _) = client.post_json("/v1/spans", &batch(200));
+        if status == 202 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ingest did not recover within 60 s of the broker's return"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // The detector retries with capped backoff (10 s), so give it a minute after the broker's return.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let calls = loop {
+        let calls = client.get("/api/tools").1[0]["calls"].as_u64().unwrap_or(0);
+        if calls >= 20 || std::time::Instant::now() > deadline {
+            break calls;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    // Both acknowledged batches are there; a refused batch may also have arrived late (at-least-once).
+    assert!(calls >= 20, "{calls} calls processed after the outage; expected at least the 20 acknowledged");
+}

@@ -22,6 +22,10 @@ use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
 
 const TOPICS: [Topic; 3] = [Topic::ToolLists, Topic::Spans, Topic::Commands];
 
+/// Ingest answers 503 when the broker has not acknowledged a batch by then (the client retries; a batch
+/// that was late rather than lost may then arrive twice).
+const PUBLISH_DEADLINE: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct KafkaSettings {
     /// `host:port[,host:port…]`
@@ -62,7 +66,7 @@ impl KafkaBus {
             .set("acks", "all")
             .set("compression.type", "lz4")
             .set("linger.ms", "5")
-            .set("message.timeout.ms", "15000")
+            .set("message.timeout.ms", "5000")
             .create()
             .map_err(unavailable)?;
         Ok(KafkaBus { producer, settings })
@@ -146,22 +150,18 @@ impl Producer for KafkaBus {
                 FutureRecord::to(topic).key(message.key.as_bytes()).payload(message.payload.as_slice());
             self.producer.send(record, Duration::from_secs(5))
         });
-        // Every record is acknowledged by the broker (acks=all) before this returns.
-        for result in futures_join(deliveries).await {
+        // All sends run at once (a send does nothing until polled); every record is acknowledged by the
+        // broker (acks=all) before this returns.
+        let results = tokio::time::timeout(PUBLISH_DEADLINE, futures_util::future::join_all(deliveries))
+            .await
+            .map_err(|_| {
+                unavailable(format!("the broker did not acknowledge within {PUBLISH_DEADLINE:?}"))
+            })?;
+        for result in results {
             result.map_err(|(err, _)| unavailable(err))?;
         }
         Ok(())
     }
-}
-
-async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let handles: Vec<F> = futures.collect();
-    let mut out = Vec::with_capacity(handles.len());
-    // Sends are queued by librdkafka as soon as the futures are created; awaiting in order is enough.
-    for future in handles {
-        out.push(future.await);
-    }
-    out
 }
 
 /// librdkafka's consumer is polled on a blocking thread: its async stream can miss a wake-up when a poll
@@ -211,28 +211,43 @@ fn delivered(
 }
 
 impl KafkaConsumer {
-    /// Assigns every partition of the three topics, each from the stored position after it.
-    fn assign(&mut self, positions: &Positions) -> Result<(), BusError> {
-        let mut list = TopicPartitionList::new();
-        for topic in TOPICS {
-            let name = self.settings.topic_name(topic);
-            let metadata =
-                self.consumer.fetch_metadata(Some(&name), Duration::from_secs(10)).map_err(unavailable)?;
-            let partitions = metadata.topics().first().map(|t| t.partitions().len()).unwrap_or(0);
-            if partitions == 0 {
-                return Err(BusError::Unavailable(format!(
-                    "topic {name} does not exist: run `driftline topics create`"
-                )));
+    /// Assigns every partition of the three topics, each from the stored position after it. Metadata
+    /// requests block, so they run off the async threads.
+    async fn assign(&mut self, positions: &Positions) -> Result<(), BusError> {
+        let (consumer, settings, positions) =
+            (self.consumer.clone(), self.settings.clone(), positions.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut list = TopicPartitionList::new();
+            for topic in TOPICS {
+                let name = settings.topic_name(topic);
+                // A topic created a moment ago may take a little while to show in the metadata.
+                let mut partitions = 0;
+                for attempt in 0..40 {
+                    let metadata =
+                        consumer.fetch_metadata(Some(&name), Duration::from_secs(5)).map_err(unavailable)?;
+                    partitions = metadata.topics().first().map_or(0, |t| t.partitions().len());
+                    if partitions > 0 || attempt == 39 {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                if partitions == 0 {
+                    return Err(BusError::Unavailable(format!(
+                        "topic {name} does not exist: run `driftline topics create`"
+                    )));
+                }
+                for partition in 0..partitions as i32 {
+                    let offset = match positions.get(&stream(topic, partition)) {
+                        Some(&last) => Offset::Offset(last as i64 + 1),
+                        None => Offset::Beginning,
+                    };
+                    list.add_partition_offset(&name, partition, offset).map_err(unavailable)?;
+                }
             }
-            for partition in 0..partitions as i32 {
-                let offset = match positions.get(&stream(topic, partition)) {
-                    Some(&last) => Offset::Offset(last as i64 + 1),
-                    None => Offset::Beginning,
-                };
-                list.add_partition_offset(&name, partition, offset).map_err(unavailable)?;
-            }
-        }
-        self.consumer.assign(&list).map_err(unavailable)?;
+            consumer.assign(&list).map_err(unavailable)
+        })
+        .await
+        .map_err(unavailable)??;
         self.assigned = true;
         Ok(())
     }
@@ -247,7 +262,7 @@ impl Consumer for KafkaConsumer {
         wait: Duration,
     ) -> Result<Vec<Delivered>, BusError> {
         if !self.assigned {
-            self.assign(positions)?;
+            self.assign(positions).await?;
         }
         let consumer = self.consumer.clone();
         let settings = self.settings.clone();
@@ -257,7 +272,12 @@ impl Consumer for KafkaConsumer {
             while records.len() < max {
                 match consumer.poll(limit) {
                     Some(Ok(message)) => records.push(delivered(&settings, &message)?),
-                    Some(Err(err)) => return Err(unavailable(err)),
+                    // Consumer errors report the connection (a broker down, a transport failure): librdkafka
+                    // reconnects by itself, so they mean "nothing to read now", not a failed batch.
+                    Some(Err(err)) => {
+                        tracing::warn!(error = %err, "kafka consumer reports an error; retrying");
+                        break;
+                    }
                     None => break,
                 }
                 // After the first record, take only what is already fetched.
@@ -309,6 +329,7 @@ impl Consumer for KafkaConsumer {
     }
 
     async fn rewind(&mut self, positions: &Positions) -> Result<(), BusError> {
-        self.assign(positions)
+        self.assigned = false;
+        self.assign(positions).await
     }
 }

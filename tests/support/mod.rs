@@ -180,6 +180,16 @@ pub fn client_for(url: &str, key: Option<&str>) -> Client {
     Client { base: url.to_owned(), key: key.map(String::from), agent: agent() }
 }
 
+/// A client that waits up to `seconds` for an answer (for tests that take a dependency away).
+pub fn patient_client(url: &str, seconds: u64) -> Client {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(seconds)))
+        .build()
+        .into();
+    Client { base: url.to_owned(), key: None, agent }
+}
+
 pub fn run_cli(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_driftline")).args(args).output().expect("run driftline");
     (
