@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{outputs, run_cli, span, stream_part, temp_dir, wait_for_calls, Server};
+use support::{outputs, run_cli, span, temp_dir, wait_for_calls, Server};
 
 #[test]
 fn the_demo_scenario() {
@@ -18,35 +18,7 @@ fn the_demo_scenario() {
 
 #[test]
 fn a_restart_mid_stream_ends_where_an_uninterrupted_run_ends() {
-    let parts = 4;
-    let uninterrupted = {
-        let dir = temp_dir("uninterrupted");
-        let server = Server::start(&dir, None, &[]);
-        let client = server.client(None);
-        for part in 0..parts {
-            stream_part(&client, part);
-        }
-        wait_for_calls(&client, 30 * parts as u64);
-        outputs(&client)
-    };
-
-    let dir = temp_dir("restarted");
-    let first = Server::start(&dir, None, &[]);
-    let client = first.client(None);
-    stream_part(&client, 0);
-    stream_part(&client, 1);
-    // Killed without warning, possibly before the worker read what was acknowledged.
-    first.kill();
-    let second = Server::start(&dir, None, &[]);
-    let client = second.client(None);
-    stream_part(&client, 2);
-    stream_part(&client, 3);
-    wait_for_calls(&client, 30 * parts as u64);
-    let restarted = outputs(&client);
-    assert_eq!(restarted, uninterrupted);
-    // The stream drifted, reverted and drifted again: the events prove the lifecycle ran across the restart.
-    assert!(restarted["events"].as_array().is_some_and(|e| e.len() >= 2), "{restarted}");
-    assert!(restarted["groups"].as_array().is_some_and(|g| !g.is_empty()), "{restarted}");
+    support::check_kill_mid_stream(|_, dir| Server::start(dir, None, &[]));
 }
 
 #[test]

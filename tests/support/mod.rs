@@ -407,3 +407,37 @@ pub fn check_demo_scenario(server: &Server) {
     assert_eq!(code, 0);
     assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json").as_array().map(Vec::len), Some(2));
 }
+
+/// Sends the same stream to an uninterrupted server and to one killed (kill -9) half way and restarted on
+/// its data; both must end with exactly the same outputs. `start(run, dir)` starts a server for a run
+/// named `uninterrupted` or `restarted`, in any deployment mode.
+pub fn check_kill_mid_stream(start: impl Fn(&str, &Path) -> Server) {
+    let parts = 4;
+    let uninterrupted = {
+        let dir = temp_dir("uninterrupted");
+        let server = start("uninterrupted", &dir);
+        let client = server.client(None);
+        for part in 0..parts {
+            stream_part(&client, part);
+        }
+        wait_for_calls(&client, 30 * parts as u64);
+        outputs(&client)
+    };
+    let dir = temp_dir("restarted");
+    let first = start("restarted", &dir);
+    let client = first.client(None);
+    stream_part(&client, 0);
+    stream_part(&client, 1);
+    // Killed without warning, possibly before the worker read what was acknowledged.
+    first.kill();
+    let second = start("restarted", &dir);
+    let client = second.client(None);
+    stream_part(&client, 2);
+    stream_part(&client, 3);
+    wait_for_calls(&client, 30 * parts as u64);
+    let restarted = outputs(&client);
+    assert_eq!(restarted, uninterrupted);
+    // The stream drifted, reverted and drifted again: the events prove the lifecycle ran across the restart.
+    assert!(restarted["events"].as_array().is_some_and(|e| e.len() >= 2), "{restarted}");
+    assert!(restarted["groups"].as_array().is_some_and(|g| !g.is_empty()), "{restarted}");
+}
