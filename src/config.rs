@@ -22,6 +22,40 @@ pub struct Config {
     pub log: LogConfig,
     pub probe: ProbeConfig,
     pub kafka: KafkaConfig,
+    pub clickhouse: ClickHouseConfig,
+}
+
+/// The ClickHouse HTTP interface (`storage.store = "clickhouse"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClickHouseConfig {
+    pub url: String,
+    /// Created by `driftline migrate` when missing.
+    pub database: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+impl Default for ClickHouseConfig {
+    fn default() -> Self {
+        ClickHouseConfig {
+            url: "http://127.0.0.1:18123".into(),
+            database: "driftline".into(),
+            user: None,
+            password: None,
+        }
+    }
+}
+
+impl ClickHouseConfig {
+    pub fn settings(&self) -> driftline_store::ClickHouseSettings {
+        driftline_store::ClickHouseSettings {
+            url: self.url.clone(),
+            database: self.database.clone(),
+            user: self.user.clone(),
+            password: self.password.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -108,8 +142,11 @@ pub enum BusKind {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
+    /// SQLite in `storage.data_dir`.
     #[default]
     Sqlite,
+    /// ClickHouse (the `[clickhouse]` section); tables from `driftline migrate`.
+    Clickhouse,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -250,6 +287,17 @@ impl Config {
         self.detector.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
         if self.kafka.partitions == 0 || self.kafka.partitions > 65_536 || self.kafka.replication == 0 {
             bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");
+        }
+        if !self.clickhouse.url.starts_with("http://") {
+            bail!(
+                "clickhouse.url = {:?} must be an http:// address (TLS to ClickHouse is not built in yet)",
+                self.clickhouse.url
+            );
+        }
+        if self.clickhouse.database.is_empty()
+            || !self.clickhouse.database.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            bail!("clickhouse.database = {:?}: use letters, digits and _", self.clickhouse.database);
         }
         if self.probe.interval_seconds == 0 || self.probe.timeout_seconds == 0 {
             bail!("probe.interval_seconds and probe.timeout_seconds must be at least 1");

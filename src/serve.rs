@@ -1,4 +1,5 @@
-//! `driftline serve`: ingest, the detector worker and the API in one process on embedded defaults.
+//! `driftline serve` (ingest, the detector worker and the API in one process) and the single stages
+//! `driftline ingest | detect | api` of a split deployment over Kafka and ClickHouse.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +9,10 @@ use driftline_api::{ApiState, Auth};
 use driftline_bus::{KafkaBus, SqliteBus};
 use driftline_ingest::{IngestState, Limits};
 use driftline_schemas::Timestamp;
-use driftline_store::SqliteStore;
+use driftline_store::{ClickHouseStore, SqliteStore, Store};
 use driftline_worker::{Worker, WorkerSettings};
 
-use crate::config::{BusKind, Config};
+use crate::config::{BusKind, Config, StoreKind};
 
 pub fn now() -> Timestamp {
     Timestamp::from(chrono::Utc::now())
@@ -21,22 +22,112 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-pub async fn serve(config: Config) -> anyhow::Result<()> {
+/// Which stages a process runs (DESIGN.md §1): all of them (`serve`), or one (`ingest`, `detect`, `api`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    All,
+    Ingest,
+    Detect,
+    Api,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::All => "serve",
+            Role::Ingest => "ingest",
+            Role::Detect => "detect",
+            Role::Api => "api",
+        }
+    }
+
+    fn ingests(self) -> bool {
+        matches!(self, Role::All | Role::Ingest)
+    }
+
+    fn detects(self) -> bool {
+        matches!(self, Role::All | Role::Detect)
+    }
+
+    fn answers_queries(self) -> bool {
+        matches!(self, Role::All | Role::Api)
+    }
+}
+
+/// A stage on its own shares nothing in-process with the others: they meet in Kafka and ClickHouse.
+pub fn check_role(config: &Config, role: Role) -> anyhow::Result<()> {
+    if role == Role::All {
+        return Ok(());
+    }
+    if config.storage.bus != BusKind::Kafka {
+        anyhow::bail!(
+            "driftline {} runs one stage and needs storage.bus = \"kafka\" (DRIFTLINE__STORAGE__BUS=kafka); \
+             `driftline serve` runs every stage in one process on the embedded bus",
+            role.name()
+        );
+    }
+    if role != Role::Ingest && config.storage.store != StoreKind::Clickhouse {
+        anyhow::bail!(
+            "driftline {} needs storage.store = \"clickhouse\" (DRIFTLINE__STORAGE__STORE=clickhouse)",
+            role.name()
+        );
+    }
+    Ok(())
+}
+
+async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match config.storage.store {
+        StoreKind::Sqlite => {
+            let path = config.storage.data_dir.join("driftline.db");
+            Arc::new(SqliteStore::open(&path).context("cannot open the store")?)
+        }
+        StoreKind::Clickhouse => {
+            Arc::new(ClickHouseStore::connect(&config.clickhouse.settings()).await.with_context(|| {
+                format!("cannot use ClickHouse at clickhouse.url = {}", config.clickhouse.url)
+            })?)
+        }
+    })
+}
+
+/// `driftline migrate`: the ClickHouse tables of `schemas/clickhouse/`, idempotently.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let applied =
+        driftline_store::migrate_clickhouse(&config.clickhouse.settings()).await.with_context(|| {
+            format!("cannot migrate ClickHouse at clickhouse.url = {}", config.clickhouse.url)
+        })?;
+    if applied.is_empty() {
+        println!("database {} is up to date", config.clickhouse.database);
+    }
+    for version in applied {
+        println!("applied migration {version} to database {}", config.clickhouse.database);
+    }
+    Ok(())
+}
+
+/// Runs the stages of `role` until SIGTERM or Ctrl-C: stop accepting, drain requests, finish the batch.
+pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
+    check_role(&config, role)?;
     let data_dir = &config.storage.data_dir;
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create storage.data_dir {}", data_dir.display()))?;
-    let store = Arc::new(SqliteStore::open(&data_dir.join("driftline.db")).context("cannot open the store")?);
+    if config.storage.bus == BusKind::Embedded || config.storage.store == StoreKind::Sqlite {
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create storage.data_dir {}", data_dir.display()))?;
+    }
     let settings = WorkerSettings {
         thresholds: config.detector.thresholds(),
         baseline_policy: config.detector.baseline,
     };
+    let store = if role == Role::Ingest { None } else { Some(open_store(&config).await?) };
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let (producer, worker_task): (Arc<dyn driftline_bus::Producer>, _) = match config.storage.bus {
+    let mut worker_task = None;
+    let (producer, kafka): (Arc<dyn driftline_bus::Producer>, Option<KafkaBus>) = match config.storage.bus {
         BusKind::Embedded => {
             let bus =
                 SqliteBus::open(&data_dir.join("bus.db"), now_ms).context("cannot open the embedded bus")?;
-            let worker = Worker::resume(bus.consumer(), store.clone(), settings).await?;
-            (Arc::new(bus), tokio::spawn(worker.run(stopped)))
+            if let (true, Some(store)) = (role.detects(), &store) {
+                let worker = Worker::resume(bus.consumer(), store.clone(), settings).await?;
+                worker_task = Some(tokio::spawn(worker.run(stopped)));
+            }
+            (Arc::new(bus), None)
         }
         BusKind::Kafka => {
             let bus =
@@ -44,61 +135,116 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             bus.ensure_topics()
                 .await
                 .with_context(|| format!("cannot reach Kafka at kafka.brokers = {}", config.kafka.brokers))?;
-            let worker = Worker::resume(bus.consumer()?, store.clone(), settings).await?;
-            (Arc::new(bus), tokio::spawn(worker.run(stopped)))
+            if let (true, Some(store)) = (role.detects(), &store) {
+                let worker = Worker::resume(bus.consumer()?, store.clone(), settings).await?;
+                worker_task = Some(tokio::spawn(worker.run(stopped)));
+            }
+            (Arc::new(bus.clone()), Some(bus))
         }
     };
     let auth = Arc::new(Auth::new(config.auth.keys.clone()));
-    let probe_settings = driftline_probe::ProbeSettings {
-        project: config.probe.project.clone(),
-        interval: Duration::from_secs(config.probe.interval_seconds),
-        timeout: Duration::from_secs(config.probe.timeout_seconds),
-    };
-    let probes = driftline_probe::spawn(
-        config.probe.servers.clone(),
-        probe_settings,
-        producer.clone(),
-        stop.subscribe(),
-    );
-    let (ingest, ingest_doc) = driftline_ingest::router(IngestState {
-        producer: producer.clone(),
-        auth: auth.clone(),
-        limits: Limits {
-            max_body_bytes: config.limits.max_body_bytes,
-            max_spans_per_batch: config.limits.max_spans_per_batch,
-        },
-        clock: now,
-    });
-    let (api, api_doc) = driftline_api::router(ApiState {
-        store,
-        producer,
-        auth,
-        default_thresholds: config.detector.thresholds(),
-        high_risk_sessions: config.detector.high_risk_sessions,
-        command_wait: Duration::from_secs(5),
-        clock: now,
-    });
+    let mut probes = Vec::new();
+    let mut app = axum::Router::new();
+    let mut documents = Vec::new();
+    if role.ingests() {
+        let probe_settings = driftline_probe::ProbeSettings {
+            project: config.probe.project.clone(),
+            interval: Duration::from_secs(config.probe.interval_seconds),
+            timeout: Duration::from_secs(config.probe.timeout_seconds),
+        };
+        probes = driftline_probe::spawn(
+            config.probe.servers.clone(),
+            probe_settings,
+            producer.clone(),
+            stop.subscribe(),
+        );
+        let (ingest, ingest_doc) = driftline_ingest::router(IngestState {
+            producer: producer.clone(),
+            auth: auth.clone(),
+            limits: Limits {
+                max_body_bytes: config.limits.max_body_bytes,
+                max_spans_per_batch: config.limits.max_spans_per_batch,
+            },
+            clock: now,
+        });
+        app = app.merge(ingest);
+        documents.push(ingest_doc);
+    }
+    match (role.answers_queries(), &store) {
+        (true, Some(store)) => {
+            let (api, api_doc) = driftline_api::router(ApiState {
+                store: store.clone(),
+                producer,
+                auth,
+                default_thresholds: config.detector.thresholds(),
+                high_risk_sessions: config.detector.high_risk_sessions,
+                command_wait: Duration::from_secs(5),
+                clock: now,
+            });
+            app = app.merge(api);
+            documents.push(api_doc);
+        }
+        // A single stage without the API still answers the operations endpoints.
+        _ => app = app.merge(operations(store.clone(), kafka)),
+    }
     let listener = tokio::net::TcpListener::bind(config.bind_address()?)
         .await
         .with_context(|| format!("cannot listen on server.bind = {}", config.server.bind))?;
     let address = listener.local_addr()?;
     // The first line on stdout says where to reach the server (tests and scripts read it).
     println!("driftline listening on http://{address}");
-    tracing::info!(%address, data_dir = %data_dir.display(), "driftline serving");
-    let document = driftline_api::openapi_document(vec![ingest_doc, api_doc]);
-    let openapi = axum::Router::new()
-        .route("/openapi.json", axum::routing::get(move || async move { axum::Json(document) }));
-    let app =
-        ingest.merge(api).merge(openapi).layer(axum::middleware::from_fn(driftline_api::metrics::track));
+    tracing::info!(%address, role = role.name(), bus = ?config.storage.bus, store = ?config.storage.store, "driftline serving");
+    if !documents.is_empty() {
+        let document = driftline_api::openapi_document(documents);
+        app = app.route("/openapi.json", axum::routing::get(move || async move { axum::Json(document) }));
+    }
+    let app = app.layer(axum::middleware::from_fn(driftline_api::metrics::track));
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);
     for probe in probes {
         let _ = tokio::time::timeout(Duration::from_secs(2), probe).await;
     }
-    let _ = tokio::time::timeout(Duration::from_secs(10), worker_task).await;
-    tracing::info!("driftline stopped");
+    if let Some(task) = worker_task {
+        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    }
+    tracing::info!(role = role.name(), "driftline stopped");
     Ok(())
+}
+
+/// `/healthz`, `/readyz` (the store answers, Kafka answers) and `/metrics` of a stage without the API.
+fn operations(store: Option<Arc<dyn Store>>, kafka: Option<KafkaBus>) -> axum::Router {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    let ready = move || {
+        let (store, kafka) = (store.clone(), kafka.clone());
+        async move {
+            let mut problems = Vec::new();
+            if let Some(store) = store {
+                if let Err(err) = store.ping().await {
+                    problems.push(format!("store: {err}"));
+                }
+            }
+            if let Some(kafka) = kafka {
+                if let Err(err) = kafka.ping().await {
+                    problems.push(format!("kafka: {err}"));
+                }
+            }
+            if problems.is_empty() {
+                (StatusCode::OK, axum::Json(serde_json::json!({"status": "ready"})))
+            } else {
+                tracing::warn!(problems = ?problems, "not ready");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(serde_json::json!({"error": problems.join("; ")})),
+                )
+            }
+        }
+    };
+    axum::Router::new()
+        .route("/healthz", get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(driftline_api::metrics::metrics))
 }
 
 async fn shutdown_signal() {

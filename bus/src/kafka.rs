@@ -15,7 +15,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::Message as _;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
@@ -102,6 +102,16 @@ impl KafkaBus {
             }
         }
         Ok(created)
+    }
+
+    /// Whether a broker answers a metadata request within two seconds (readiness).
+    pub async fn ping(&self) -> Result<(), BusError> {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || {
+            producer.client().fetch_metadata(None, Duration::from_secs(2)).map(|_| ()).map_err(unavailable)
+        })
+        .await
+        .map_err(unavailable)?
     }
 
     /// Each topic with its partition count (0 when it does not exist).

@@ -23,6 +23,9 @@ pub struct Connection {
     /// Server address.
     #[arg(long, env = "DRIFTLINE_URL", default_value = "http://127.0.0.1:8000", global = true)]
     pub url: String,
+    /// Ingest address when ingest runs apart from the API (`driftline ingest`); default: --url.
+    #[arg(long, env = "DRIFTLINE_INGEST_URL", global = true)]
+    pub ingest_url: Option<String>,
     /// API key (sent as `Authorization: Bearer …`).
     #[arg(long, env = "DRIFTLINE_API_KEY", global = true, hide_env_values = true)]
     pub api_key: Option<String>,
@@ -90,7 +93,12 @@ impl Api {
     }
 
     pub fn send(&self, method: &str, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
-        let url = self.url(path);
+        // Spans and tool lists go to ingest; operator commands (POST under /api) to the API.
+        let ingest = path.starts_with("/v1/") || (method == "PUT" && path.ends_with("/tools"));
+        let url = match (&self.connection.ingest_url, ingest) {
+            (Some(base), true) => format!("{}{path}", base.trim_end_matches('/')),
+            _ => self.url(path),
+        };
         let mut request = if method == "PUT" { self.agent.put(url) } else { self.agent.post(url) };
         request = request.header("Content-Type", "application/json");
         if let Some(key) = &self.connection.api_key {

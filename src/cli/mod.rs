@@ -14,6 +14,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::serve::Role;
+
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_DRIFT: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
@@ -33,8 +35,19 @@ enum Command {
     Diff(diff::DiffArgs),
     /// Run the return-shape detector over a file of spans (JSON Lines) and print its signals.
     Replay(replay::ReplayArgs),
-    /// Run ingest, the detectors and the API in one process (embedded bus and SQLite store).
+    /// Run ingest, the detectors and the API in one process (embedded bus and SQLite store by default).
     Serve(ServeArgs),
+    /// Run only the ingest stage: HTTP in, Kafka out (storage.bus = "kafka").
+    Ingest(ServeArgs),
+    /// Run only a detector worker: Kafka in, ClickHouse out (bus = "kafka", store = "clickhouse").
+    Detect(ServeArgs),
+    /// Run only the query API and dashboard over ClickHouse; operator commands go to Kafka.
+    Api(ServeArgs),
+    /// Create the ClickHouse database and tables of `[clickhouse]` (idempotent, versioned).
+    Migrate {
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+    },
     /// Create (or describe) the Kafka topics of `[kafka]`.
     Topics {
         #[arg(value_parser = ["create", "describe"])]
@@ -114,7 +127,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Shape(args) => shape::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Replay(args) => replay::run(args),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(args, Role::All),
+        Command::Ingest(args) => serve(args, Role::Ingest),
+        Command::Detect(args) => serve(args, Role::Detect),
+        Command::Api(args) => serve(args, Role::Api),
+        Command::Migrate { config } => {
+            let config = crate::config::Config::load(config.as_deref())?;
+            let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            runtime.block_on(crate::serve::migrate(&config))?;
+            Ok(ExitCode::from(EXIT_OK))
+        }
         Command::Topics { action, config } => {
             let config = crate::config::Config::load(config.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
@@ -153,7 +175,7 @@ fn read_stdin() -> anyhow::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+fn serve(args: ServeArgs, role: Role) -> anyhow::Result<ExitCode> {
     let mut config = crate::config::Config::load(args.config.as_deref())?;
     if let Some(bind) = args.bind {
         config.server.bind = bind;
@@ -162,9 +184,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         config.storage.data_dir = dir;
     }
     config.validate()?;
+    crate::serve::check_role(&config, role)?;
     init_logging(&config.log);
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(crate::serve::serve(config))?;
+    runtime.block_on(crate::serve::serve(config, role))?;
     Ok(ExitCode::from(EXIT_OK))
 }
 

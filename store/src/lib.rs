@@ -4,7 +4,9 @@
 //! input position they include. The store writes it atomically (or idempotently, by id), so a restart
 //! resumes exactly after the last stored position and queries never see an event twice.
 
+mod clickhouse;
 mod sqlite;
+mod views;
 
 use async_trait::async_trait;
 use driftline_bus::Positions;
@@ -19,6 +21,7 @@ use driftline_schemas::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use clickhouse::{migrate as migrate_clickhouse, ClickHouseSettings, ClickHouseStore};
 pub use driftline_detectors::tool_drift::BaselineAcceptance;
 pub use sqlite::SqliteStore;
 
@@ -30,6 +33,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("store is unavailable: {0}")]
     Unavailable(String),
+    #[error("clickhouse refused: {0}")]
+    ClickHouse(String),
 }
 
 impl From<serde_json::Error> for StoreError {

@@ -1,23 +1,20 @@
 //! The embedded store: SQLite (bundled), WAL, versioned migrations from `schemas/sqlite/`. One writer
 //! connection (the worker) and one reader connection (the API), so queries never wait on a write.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use driftline_schemas::api::{
-    DriftImpact, OpenDriftCounts, OutcomeCounts, ReturnValueStats, Risk, ServerHealth, SignalGroup,
-    ToolConsumer, ToolOutcomeStats, ToolSchema, ToolShape, ToolSummary, NO_RECENT_CALLERS,
+    DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
-use driftline_schemas::{
-    Classification, DetectorThresholds, EventStatus, SchemaDriftEvent, ServerStatus, ShapeDriftSignal,
-    ShapeOutcome, Timestamp,
-};
+use driftline_schemas::{DetectorThresholds, EventStatus, SchemaDriftEvent, ServerStatus, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
+use crate::views::{self, ms, name, parse_name, since, text, timestamp};
 use crate::{Batch, ImpactQuery, Resume, Store, StoreError};
 
 /// Migrations in order; the version is the position (1-based).
@@ -87,31 +84,6 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
         ))?;
     }
     Ok(())
-}
-
-fn ms(at: Timestamp) -> i64 {
-    at.as_millis()
-}
-
-fn timestamp(millis: i64) -> Result<Timestamp, StoreError> {
-    Timestamp::from_millis(millis)
-        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {millis} out of range")))
-}
-
-fn text<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    Ok(serde_json::to_string(value)?)
-}
-
-/// The lowercase or uppercase wire name of a serde enum value.
-fn name<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    match serde_json::to_value(value)? {
-        Value::String(name) => Ok(name),
-        other => Err(StoreError::Corrupt(format!("expected a name, got {other}"))),
-    }
-}
-
-fn parse_name<T: serde::de::DeserializeOwned>(name: &str) -> Result<T, StoreError> {
-    Ok(serde_json::from_value(Value::String(name.to_owned()))?)
 }
 
 fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
@@ -288,35 +260,15 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
 fn open_counts(
     connection: &Connection,
     project: &str,
-) -> Result<HashMap<String, (OpenDriftCounts, Option<String>)>, StoreError> {
+) -> Result<HashMap<String, (driftline_schemas::api::OpenDriftCounts, Option<String>)>, StoreError> {
     let mut select = connection.prepare_cached(
         "SELECT server_name, max_classification, max_severity FROM schema_drift_events
          WHERE project = ?1 AND status = 'open'",
     )?;
-    let rows = select.query_map(params![project], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?, row.get::<_, Option<String>>(2)?))
-    })?;
-    let mut counts: HashMap<String, (OpenDriftCounts, Option<String>)> = HashMap::new();
-    for row in rows {
-        let (server, classification, severity) = row?;
-        let entry = counts.entry(server).or_default();
-        match classification.as_deref() {
-            Some("BREAKING") => entry.0.breaking += 1,
-            Some("WARNING") => entry.0.warning += 1,
-            Some("COMPATIBLE") => entry.0.compatible += 1,
-            _ => {}
-        }
-        let rank = |s: &Option<String>| match s.as_deref() {
-            Some("high") => 3,
-            Some("medium") => 2,
-            Some("low") => 1,
-            _ => 0,
-        };
-        if rank(&severity) > rank(&entry.1) {
-            entry.1 = severity;
-        }
-    }
-    Ok(counts)
+    let rows = select
+        .query_map(params![project], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(views::open_counts(rows))
 }
 
 fn signal_groups(
@@ -332,62 +284,7 @@ fn signal_groups(
     let mut all_args: Vec<&dyn rusqlite::ToSql> = vec![&project];
     all_args.extend_from_slice(args);
     let rows = select.query_map(all_args.as_slice(), |row| row.get::<_, String>(0))?;
-    let mut groups: BTreeMap<(String, String, String), SignalGroup> = BTreeMap::new();
-    for row in rows {
-        let signal: ShapeDriftSignal = serde_json::from_str(&row?)?;
-        let key = (signal.server.clone(), signal.tool.clone(), signal.shape_hash.clone());
-        match groups.get_mut(&key) {
-            Some(group) => {
-                group.first_seen = group.first_seen.min(signal.detected_at);
-                group.last_seen = group.last_seen.max(signal.detected_at);
-                group.occurrences += 1;
-            }
-            None => {
-                groups.insert(
-                    key,
-                    SignalGroup {
-                        fingerprint: signal.fingerprint,
-                        server: signal.server,
-                        tool: signal.tool,
-                        shape: signal.shape,
-                        shape_hash: signal.shape_hash,
-                        baseline_shape: signal.baseline_shape,
-                        baseline_hash: signal.baseline_hash,
-                        ranking: signal.ranking,
-                        reasons: signal.reasons,
-                        first_seen: signal.detected_at,
-                        last_seen: signal.detected_at,
-                        occurrences: 1,
-                        sample_span_id: signal.span_id,
-                    },
-                );
-            }
-        }
-    }
-    let mut groups: Vec<SignalGroup> = groups.into_values().collect();
-    groups.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then_with(|| a.fingerprint.cmp(&b.fingerprint)));
-    Ok(groups)
-}
-
-fn outcome_counts(rows: &[(String, String, u64)]) -> OutcomeCounts {
-    let mut counts = OutcomeCounts::default();
-    for (_, outcome, n) in rows {
-        let outcome = ShapeOutcome::ALL
-            .iter()
-            .copied()
-            .find(|o| o.as_str() == outcome)
-            .unwrap_or(ShapeOutcome::NotSuccess);
-        counts.add(outcome, *n);
-    }
-    counts
-}
-
-fn rate(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 / whole as f64
-    }
+    views::signal_groups(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 #[async_trait]
@@ -503,65 +400,42 @@ impl Store for SqliteStore {
     async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError> {
         let (project, server, tool) =
             (query.project.to_owned(), query.server.to_owned(), query.tool.to_owned());
-        let (hours, since, threshold) =
-            (query.hours, ms(query.now) - i64::from(query.hours) * 3_600_000, query.high_risk_sessions);
-        self.read(move |connection| {
-            // The worst open change that touches this tool decides whether callers are at risk.
-            let mut select = connection.prepare_cached(
-                "SELECT event FROM schema_drift_events WHERE project = ?1 AND server_name = ?2 AND status = 'open'",
-            )?;
-            let events: Vec<String> = select.query_map(params![project, server], |row| row.get(0))?.collect::<Result<_, _>>()?;
-            let mut worst: Option<Classification> = None;
-            for json in events {
-                let event: SchemaDriftEvent = serde_json::from_str(&json)?;
-                for change in event.changes.iter().filter(|c| c.tool_name == tool) {
-                    worst = worst.max(Some(change.classification));
-                }
-            }
-            let mut select = connection.prepare_cached(
-                "SELECT COALESCE(agent_name, 'unknown'), COUNT(DISTINCT session_id), COUNT(*),
-                        SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), AVG(duration_ms), MAX(ingested_at)
-                 FROM tool_calls WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4
-                 GROUP BY 1 ORDER BY 3 DESC, 1",
-            )?;
-            let rows = select.query_map(params![project, server, tool, since], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, i64>(1)? as u64,
-                    row.get::<_, i64>(2)? as u64,
-                    row.get::<_, i64>(3)? as u64,
-                    row.get::<_, f64>(4)?,
-                    row.get::<_, i64>(5)?,
-                ))
-            })?;
-            let mut consumers = Vec::new();
-            for row in rows {
-                let (agent_name, session_count, call_count, error_count, avg_latency_ms, last) = row?;
-                let risk = match worst {
-                    None | Some(Classification::Compatible) => Risk::Low,
-                    Some(_) if session_count >= threshold => Risk::High,
-                    Some(_) => Risk::Medium,
-                };
-                consumers.push(ToolConsumer {
-                    agent_name,
-                    session_count,
-                    call_count,
-                    error_count,
-                    avg_latency_ms,
-                    last_called_at: timestamp(last)?,
-                    risk,
-                });
-            }
-            let total_sessions: i64 = connection.query_row(
-                "SELECT COUNT(DISTINCT session_id) FROM tool_calls
-                 WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4",
-                params![project, server, tool, since],
-                |row| row.get(0),
-            )?;
-            let message = consumers.is_empty().then(|| NO_RECENT_CALLERS.to_owned());
-            Ok(DriftImpact { server_name: server, tool_name: tool, window_hours: hours, consumers, total_sessions: total_sessions as u64, message })
-        })
-        .await
+        let from = since(query.now, query.hours);
+        let (events, agents, total_sessions) = self
+            .read(move |connection| {
+                let mut select = connection.prepare_cached(
+                    "SELECT event FROM schema_drift_events WHERE project = ?1 AND server_name = ?2 AND status = 'open'",
+                )?;
+                let events: Vec<String> =
+                    select.query_map(params![project, server], |row| row.get(0))?.collect::<Result<_, _>>()?;
+                let mut select = connection.prepare_cached(
+                    "SELECT COALESCE(agent_name, 'unknown'), COUNT(DISTINCT session_id), COUNT(*),
+                            SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), AVG(duration_ms), MAX(ingested_at)
+                     FROM tool_calls WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4
+                     GROUP BY 1 ORDER BY 3 DESC, 1",
+                )?;
+                let agents: Vec<views::AgentStats> = select
+                    .query_map(params![project, server, tool, from], |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, i64>(1)? as u64,
+                            row.get::<_, i64>(2)? as u64,
+                            row.get::<_, i64>(3)? as u64,
+                            row.get::<_, f64>(4)?,
+                            row.get::<_, i64>(5)?,
+                        ))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                let total_sessions: i64 = connection.query_row(
+                    "SELECT COUNT(DISTINCT session_id) FROM tool_calls
+                     WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4",
+                    params![project, server, tool, from],
+                    |row| row.get(0),
+                )?;
+                Ok((events, agents, total_sessions as u64))
+            })
+            .await?;
+        views::drift_impact(&query, events, agents, total_sessions)
     }
 
     async fn tool_schemas(&self, project: &str, server: &str) -> Result<Vec<ToolSchema>, StoreError> {
@@ -597,61 +471,39 @@ impl Store for SqliteStore {
 
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {
         let project = project.to_owned();
-        let since = ms(now) - i64::from(hours) * 3_600_000;
+        let from = since(now, hours);
         self.read(move |connection| {
-            let mut declared = BTreeSet::new();
-            let mut select = connection.prepare_cached("SELECT server_name, tool_name FROM tool_schemas WHERE project = ?1")?;
-            for row in select.query_map(params![project], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))? {
-                declared.insert(row?);
-            }
+            let mut select =
+                connection.prepare_cached("SELECT server_name, tool_name FROM tool_schemas WHERE project = ?1")?;
+            let declared: BTreeSet<(String, String)> =
+                select.query_map(params![project], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
             let mut shapes = HashMap::new();
-            let mut select = connection.prepare_cached("SELECT server, tool, shape FROM tool_shapes WHERE project = ?1")?;
-            for row in select.query_map(params![project], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?)))? {
+            let mut select =
+                connection.prepare_cached("SELECT server, tool, shape FROM tool_shapes WHERE project = ?1")?;
+            for row in select.query_map(params![project], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
+            })? {
                 let (server, tool, json) = row?;
-                let shape: ToolShape = serde_json::from_str(&json)?;
-                shapes.insert((server, tool), shape.status);
+                shapes.insert((server, tool), views::shape_status(&json)?);
             }
             let mut select = connection.prepare_cached(
                 "SELECT server, tool, COUNT(*), SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), AVG(duration_ms),
                         MAX(ingested_at)
                  FROM tool_calls WHERE project = ?1 AND ingested_at >= ?2 GROUP BY server, tool ORDER BY server, tool",
             )?;
-            let rows = select.query_map(params![project, since], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, i64>(2)?, row.get::<_, i64>(3)?, row.get::<_, f64>(4)?, row.get::<_, i64>(5)?))
-            })?;
-            let mut tools = Vec::new();
-            let mut seen = BTreeSet::new();
-            for row in rows {
-                let (server, tool, calls, errors, avg, last) = row?;
-                seen.insert((server.clone(), tool.clone()));
-                tools.push(ToolSummary {
-                    shape_status: shapes.get(&(server.clone(), tool.clone())).cloned().unwrap_or_else(|| "priming 0/?".into()),
-                    declared: declared.contains(&(server.clone(), tool.clone())),
-                    server,
-                    tool,
-                    calls: calls as u64,
-                    errors: errors as u64,
-                    avg_latency_ms: avg,
-                    last_called_at: Some(timestamp(last)?),
-                });
-            }
-            // Tools with a shape history but no call in the window still belong in the list.
-            for ((server, tool), status) in shapes {
-                if !seen.contains(&(server.clone(), tool.clone())) {
-                    tools.push(ToolSummary {
-                        declared: declared.contains(&(server.clone(), tool.clone())),
-                        server,
-                        tool,
-                        calls: 0,
-                        errors: 0,
-                        avg_latency_ms: 0.0,
-                        last_called_at: None,
-                        shape_status: status,
-                    });
-                }
-            }
-            tools.sort_by(|a, b| (&a.server, &a.tool).cmp(&(&b.server, &b.tool)));
-            Ok(tools)
+            let calls: Vec<views::CallStats> = select
+                .query_map(params![project, from], |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get::<_, i64>(2)? as u64,
+                        row.get::<_, i64>(3)? as u64,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
+                })?
+                .collect::<Result<_, _>>()?;
+            views::tool_summaries(&declared, shapes, calls)
         })
         .await
     }
@@ -687,8 +539,8 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<Vec<SignalGroup>, StoreError> {
         let project = project.to_owned();
-        let since = ms(now) - i64::from(hours) * 3_600_000;
-        self.read(move |connection| signal_groups(connection, &project, "AND detected_at >= ?2", &[&since]))
+        let from = since(now, hours);
+        self.read(move |connection| signal_groups(connection, &project, "AND detected_at >= ?2", &[&from]))
             .await
     }
 
@@ -712,49 +564,22 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<ReturnValueStats, StoreError> {
         let project = project.to_owned();
-        let since = ms(now) - i64::from(hours) * 3_600_000;
-        self.read(move |connection| {
-            let mut select = connection.prepare_cached(
-                "SELECT server, tool, status, shape_outcome, COUNT(*) FROM tool_calls
-                 WHERE project = ?1 AND ingested_at >= ?2 GROUP BY server, tool, status, shape_outcome",
-            )?;
-            let rows = select.query_map(params![project, since], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, i64>(4)? as u64,
-                ))
-            })?;
-            let mut per_tool: BTreeMap<(String, String), Vec<(String, String, u64)>> = BTreeMap::new();
-            let mut all = Vec::new();
-            for row in rows {
-                let (server, tool, status, outcome, n) = row?;
-                all.push((status.clone(), outcome.clone(), n));
-                per_tool.entry((server, tool)).or_default().push((status, outcome, n));
-            }
-            let tools = per_tool
-                .into_iter()
-                .map(|((server, tool), rows)| {
-                    let counts = outcome_counts(&rows);
-                    ToolOutcomeStats {
-                        server,
-                        tool,
-                        truncation_rate: rate(counts.truncated_sentinel, counts.successful_calls),
-                        counts,
-                    }
-                })
-                .collect();
-            let totals = outcome_counts(&all);
-            Ok(ReturnValueStats {
-                window_hours: hours,
-                truncation_rate: rate(totals.truncated_sentinel, totals.successful_calls),
-                totals,
-                tools,
+        let from = since(now, hours);
+        let rows = self
+            .read(move |connection| {
+                let mut select = connection.prepare_cached(
+                    "SELECT server, tool, status, shape_outcome, COUNT(*) FROM tool_calls
+                     WHERE project = ?1 AND ingested_at >= ?2 GROUP BY server, tool, status, shape_outcome",
+                )?;
+                let rows = select
+                    .query_map(params![project, from], |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get::<_, i64>(4)? as u64))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                Ok(rows)
             })
-        })
-        .await
+            .await?;
+        Ok(views::return_value_stats(hours, rows))
     }
 
     async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError> {

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The ClickHouse HTTP interface on 127.0.0.1:18123, served from chDB (the ClickHouse engine in-process; no
+# ClickHouse server package installs on these machines — DESIGN.md §11).
+#   deploy/local/clickhouse.sh up      make the Python environment once (PyPI, cached), start, wait for /ping
+#   deploy/local/clickhouse.sh down    stop it
+# Quiet on success; on failure it prints the tail of the server log. Idempotent.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+REQUIREMENTS="$HERE/clickhouse/requirements.txt"
+CACHE=${DRIFTLINE_CACHE:-$HOME/.cache/driftline}
+VENV="$CACHE/chdb-$(sha256sum "$REQUIREMENTS" | cut -c1-12)"
+STATE=${DRIFTLINE_INFRA_DIR:-$REPO/target/infra}/clickhouse
+PORT=${CLICKHOUSE_PORT:-18123}
+LOG="$STATE/server.log"
+
+fail() {
+  echo "clickhouse: $*" >&2
+  [ -f "$LOG" ] && tail -n 40 "$LOG" >&2
+  exit 1
+}
+
+answers() {
+  python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" \
+    "http://127.0.0.1:$PORT/ping" >/dev/null 2>&1
+}
+
+environment() {
+  [ -f "$VENV/.complete" ] && return 0
+  rm -rf "$VENV"
+  local log; log=$(mktemp)
+  if ! { python3 -m venv "$VENV" && "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQUIREMENTS"; } \
+      >"$log" 2>&1; then
+    tail -n 40 "$log" >&2; rm -f "$log"; fail "could not install chDB from PyPI"
+  fi
+  rm -f "$log"
+  touch "$VENV/.complete"
+}
+
+up() {
+  if answers; then return 0; fi
+  environment
+  mkdir -p "$STATE/data"
+  nohup "$VENV/bin/python" "$HERE/clickhouse/chdb_http.py" --port "$PORT" --path "$STATE/data" >>"$LOG" 2>&1 &
+  echo $! >"$STATE/pid"
+  for _ in $(seq 1 120); do
+    if answers; then return 0; fi
+    kill -0 "$(cat "$STATE/pid")" 2>/dev/null || fail "the server exited"
+    sleep 0.5
+  done
+  fail "the server did not answer on 127.0.0.1:$PORT within 60 s"
+}
+
+down() {
+  [ -f "$STATE/pid" ] || return 0
+  local pid; pid=$(cat "$STATE/pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$STATE/pid"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac

@@ -1,0 +1,795 @@
+//! The production store: ClickHouse over HTTP (the `clickhouse` crate), tables from `schemas/clickhouse/`.
+//!
+//! A batch is written table by table, outputs first and `detector_state` (state + positions, one insert,
+//! so one part) last. Every output row has a deterministic sort key and the tables are ReplacingMergeTree
+//! read with FINAL, so re-writing a batch after a failure or crash changes nothing a query sees.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use clickhouse::{Client, Row};
+use driftline_schemas::api::{
+    DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
+};
+use driftline_schemas::{DetectorThresholds, EventStatus, SchemaDriftEvent, ServerStatus, Timestamp};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::views::{self, ms, name, parse_name, since, text, timestamp};
+use crate::{Batch, ImpactQuery, Resume, Store, StoreError};
+
+/// Migrations in order; the version is the position (1-based).
+const MIGRATIONS: &[&str] = &[include_str!("../../schemas/clickhouse/0001_init.sql")];
+const CONSUMER: &str = "detectors";
+const POSITION: &str = "position";
+
+/// Where the ClickHouse HTTP interface is and which database holds driftline's tables.
+#[derive(Debug, Clone)]
+pub struct ClickHouseSettings {
+    pub url: String,
+    pub database: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct ClickHouseStore {
+    client: Client,
+}
+
+impl From<clickhouse::error::Error> for StoreError {
+    fn from(err: clickhouse::error::Error) -> Self {
+        use clickhouse::error::Error;
+        match err {
+            Error::Network(_) | Error::TimedOut => StoreError::Unavailable(err.to_string()),
+            Error::BadResponse(ref text) if text.contains("Code: 60.") || text.contains("Code: 81.") => {
+                StoreError::Unavailable(format!("{err} (run `driftline migrate`)"))
+            }
+            other => StoreError::ClickHouse(other.to_string()),
+        }
+    }
+}
+
+fn client(settings: &ClickHouseSettings) -> Client {
+    let mut client = Client::default().with_url(&settings.url);
+    if let Some(user) = &settings.user {
+        client = client.with_user(user);
+    }
+    if let Some(password) = &settings.password {
+        client = client.with_password(password);
+    }
+    client
+}
+
+/// Creates the database and applies every migration not yet recorded; returns the versions applied now.
+pub async fn migrate(settings: &ClickHouseSettings) -> Result<Vec<u32>, StoreError> {
+    let root = client(settings);
+    root.query(&format!("CREATE DATABASE IF NOT EXISTS `{}`", settings.database)).execute().await?;
+    let client = root.with_database(&settings.database);
+    client
+        .query(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, applied_at DateTime64(3, 'UTC'))
+             ENGINE = ReplacingMergeTree ORDER BY version",
+        )
+        .execute()
+        .await?;
+    let applied: Vec<u32> = client.query("SELECT version FROM schema_migrations FINAL").fetch_all().await?;
+    let mut now_applied = Vec::new();
+    for (index, sql) in MIGRATIONS.iter().enumerate() {
+        let version = index as u32 + 1;
+        if applied.contains(&version) {
+            continue;
+        }
+        // Statements are idempotent, so a migration interrupted half way is simply applied again.
+        for statement in statements(sql) {
+            client.query(&statement).execute().await?;
+        }
+        client
+            .query("INSERT INTO schema_migrations (version, applied_at) VALUES (?, now64(3))")
+            .bind(version)
+            .execute()
+            .await?;
+        now_applied.push(version);
+    }
+    Ok(now_applied)
+}
+
+/// The statements of a migration file: `;` at a line end separates them; `--` comment lines are dropped.
+fn statements(sql: &str) -> Vec<String> {
+    let without_comments: String = sql
+        .lines()
+        .map(|line| match line.find("--") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    without_comments.split(";\n").map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+#[derive(Row, Serialize, Deserialize)]
+struct EventRow {
+    project: String,
+    server_name: String,
+    id: String,
+    detected_at: i64,
+    previous_hash: String,
+    current_hash: String,
+    changes: String,
+    status: String,
+    max_classification: Option<String>,
+    max_severity: Option<String>,
+    accepted_by: Option<String>,
+    accepted_at: Option<i64>,
+    event: String,
+}
+
+impl EventRow {
+    fn new(event: &SchemaDriftEvent) -> Result<Self, StoreError> {
+        Ok(EventRow {
+            project: event.project.clone(),
+            server_name: event.server_name.clone(),
+            id: event.id.clone(),
+            detected_at: ms(event.detected_at),
+            previous_hash: event.previous_hash.clone(),
+            current_hash: event.current_hash.clone(),
+            changes: text(&event.changes)?,
+            status: name(&event.status)?,
+            max_classification: event.max_classification.map(|c| c.as_str().to_owned()),
+            max_severity: event.max_severity.map(|s| s.as_str().to_owned()),
+            accepted_by: event.accepted_by.clone(),
+            accepted_at: event.accepted_at.map(ms),
+            event: text(event)?,
+        })
+    }
+
+    /// The event with its lifecycle columns (updated after detection) applied.
+    fn into_event(self) -> Result<SchemaDriftEvent, StoreError> {
+        let mut event: SchemaDriftEvent = serde_json::from_str(&self.event)?;
+        event.status = parse_name(&self.status)?;
+        event.accepted_by = self.accepted_by;
+        event.accepted_at = self.accepted_at.map(timestamp).transpose()?;
+        Ok(event)
+    }
+}
+
+#[derive(Row, Serialize)]
+struct AcceptanceRow {
+    project: String,
+    server_name: String,
+    id: String,
+    previous_hash: String,
+    new_hash: String,
+    accepted_by: String,
+    accepted_at: i64,
+    event_ids: String,
+}
+
+#[derive(Row, Serialize, Deserialize)]
+struct ServerRowDb {
+    project: String,
+    server_name: String,
+    status: String,
+    schema_hash: Option<String>,
+    tool_count: u32,
+    last_seen: Option<i64>,
+    note: Option<String>,
+    latency_ms: Option<f64>,
+}
+
+#[derive(Row, Serialize)]
+struct SnapshotRow {
+    project: String,
+    server_name: String,
+    schema_hash: String,
+    captured_at: i64,
+    tools: String,
+}
+
+#[derive(Row, Serialize, Deserialize)]
+struct ToolSchemaRow {
+    project: String,
+    server_name: String,
+    schema_hash: String,
+    tool_name: String,
+    description: Option<String>,
+    input_schema: String,
+    captured_at: i64,
+}
+
+#[derive(Row, Serialize)]
+struct CallRow {
+    project: String,
+    server: String,
+    tool: String,
+    ingested_at: i64,
+    id: String,
+    span_id: String,
+    session_id: Option<String>,
+    agent_name: Option<String>,
+    started_at: i64,
+    duration_ms: f64,
+    status: String,
+    error: Option<String>,
+    shape_outcome: String,
+    shape_hash: Option<String>,
+    compact_bytes: Option<u64>,
+}
+
+#[derive(Row, Serialize)]
+struct SignalRow {
+    project: String,
+    server: String,
+    tool: String,
+    id: String,
+    detected_at: i64,
+    shape_hash: String,
+    signal: String,
+}
+
+#[derive(Row, Serialize)]
+struct ToolShapeDb {
+    project: String,
+    server: String,
+    tool: String,
+    shape: String,
+}
+
+#[derive(Row, Serialize, Deserialize)]
+struct SettingRow {
+    project: String,
+    thresholds: String,
+}
+
+#[derive(Row, Serialize)]
+struct CommandRow {
+    id: String,
+    applied_at: i64,
+    result: String,
+}
+
+#[derive(Row, Serialize, Deserialize)]
+struct StateRow {
+    consumer: String,
+    kind: String,
+    key: String,
+    state: String,
+}
+
+/// Keeps the last of several rows with the same key (a batch may update a server or tool more than once;
+/// rows of one insert have no defined order among equal sort keys).
+fn last_per_key<T, K: Ord>(rows: Vec<T>, key: impl Fn(&T) -> K) -> Vec<T> {
+    let mut last: BTreeMap<K, T> = BTreeMap::new();
+    for row in rows {
+        last.insert(key(&row), row);
+    }
+    last.into_values().collect()
+}
+
+impl ClickHouseStore {
+    /// Connects to an already migrated database; fails with a hint when the tables are missing.
+    pub async fn connect(settings: &ClickHouseSettings) -> Result<Self, StoreError> {
+        let store = ClickHouseStore { client: client(settings).with_database(&settings.database) };
+        store
+            .client
+            .query("SELECT count() FROM schema_migrations")
+            .fetch_one::<u64>()
+            .await
+            .map_err(StoreError::from)?;
+        Ok(store)
+    }
+
+    async fn insert<T>(&self, table: &str, rows: &[T]) -> Result<(), StoreError>
+    where
+        T: clickhouse::RowOwned + clickhouse::RowWrite,
+    {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut insert =
+            self.client.insert::<T>(table).await?.with_timeouts(Some(Duration::from_secs(30)), None);
+        for row in rows {
+            insert.write(row).await?;
+        }
+        insert.end().await?;
+        Ok(())
+    }
+
+    /// Events the batch changes the lifecycle of but did not detect: read them back to write new rows.
+    async fn stored_events(&self, ids: Vec<String>) -> Result<Vec<EventRow>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .client
+            .query("SELECT ?fields FROM schema_drift_events FINAL WHERE id IN ?")
+            .bind(ids)
+            .fetch_all()
+            .await?)
+    }
+
+    async fn signal_groups(&self, filter: &str, bind: Vec<String>) -> Result<Vec<SignalGroup>, StoreError> {
+        let mut query = self.client.query(&format!(
+            "SELECT signal FROM shape_drift_signals FINAL WHERE {filter} ORDER BY detected_at, id"
+        ));
+        for value in bind {
+            query = query.bind(value);
+        }
+        views::signal_groups(query.fetch_all::<String>().await?)
+    }
+}
+
+#[async_trait]
+impl Store for ClickHouseStore {
+    async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
+        let mut events = batch.events.iter().map(EventRow::new).collect::<Result<Vec<_>, _>>()?;
+        let pending: BTreeSet<&str> = batch.events.iter().map(|e| e.id.as_str()).collect();
+        let elsewhere: Vec<String> = batch
+            .event_updates
+            .iter()
+            .filter(|u| !pending.contains(u.id.as_str()))
+            .map(|u| u.id.clone())
+            .collect();
+        let mut updated = self.stored_events(elsewhere).await?;
+        for update in &batch.event_updates {
+            let row = match events.iter_mut().find(|e| e.id == update.id) {
+                Some(row) => row,
+                None => match updated.iter_mut().find(|e| e.id == update.id) {
+                    Some(row) => row,
+                    None => {
+                        tracing::warn!(id = %update.id, "status update for an unknown drift event ignored");
+                        continue;
+                    }
+                },
+            };
+            row.status = name(&update.status)?;
+            row.accepted_by = update.by.clone();
+            row.accepted_at = (update.status == EventStatus::Accepted).then(|| ms(update.at));
+        }
+        events.extend(updated);
+        self.insert("schema_drift_events", &last_per_key(events, |e| e.id.clone())).await?;
+
+        let acceptances = batch
+            .acceptances
+            .iter()
+            .map(|a| {
+                Ok(AcceptanceRow {
+                    project: a.project.clone(),
+                    server_name: a.server_name.clone(),
+                    id: a.id.clone(),
+                    previous_hash: a.previous_hash.clone(),
+                    new_hash: a.new_hash.clone(),
+                    accepted_by: a.accepted_by.clone(),
+                    accepted_at: ms(a.accepted_at),
+                    event_ids: text(&a.event_ids)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.insert("baseline_acceptances", &acceptances).await?;
+
+        let servers = batch
+            .servers
+            .iter()
+            .map(|s| {
+                Ok(ServerRowDb {
+                    project: s.project.clone(),
+                    server_name: s.server_name.clone(),
+                    status: name(&s.status)?,
+                    schema_hash: s.schema_hash.clone(),
+                    tool_count: s.tool_count,
+                    last_seen: s.last_seen.map(ms),
+                    note: s.note.clone(),
+                    latency_ms: s.latency_ms,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.insert("servers", &last_per_key(servers, |s| (s.project.clone(), s.server_name.clone())))
+            .await?;
+
+        let mut snapshots = Vec::new();
+        let mut schemas = Vec::new();
+        for (project, server, captured_at, hash, tools) in &batch.tool_lists {
+            for tool in tools {
+                let Some(tool_name) = tool.get("name").and_then(Value::as_str) else { continue };
+                let input =
+                    tool.get("inputSchema").cloned().unwrap_or_else(|| Value::Object(Default::default()));
+                schemas.push(ToolSchemaRow {
+                    project: project.clone(),
+                    server_name: server.clone(),
+                    schema_hash: hash.clone(),
+                    tool_name: tool_name.to_owned(),
+                    description: tool.get("description").and_then(Value::as_str).map(str::to_owned),
+                    input_schema: text(&input)?,
+                    captured_at: ms(*captured_at),
+                });
+            }
+            snapshots.push(SnapshotRow {
+                project: project.clone(),
+                server_name: server.clone(),
+                schema_hash: hash.clone(),
+                captured_at: ms(*captured_at),
+                tools: text(tools)?,
+            });
+        }
+        let schemas = last_per_key(schemas, |s| {
+            (s.project.clone(), s.server_name.clone(), s.schema_hash.clone(), s.tool_name.clone())
+        });
+        self.insert("tool_schemas", &schemas).await?;
+        let snapshots =
+            last_per_key(snapshots, |s| (s.project.clone(), s.server_name.clone(), s.schema_hash.clone()));
+        self.insert("server_snapshots", &snapshots).await?;
+
+        let calls = batch
+            .calls
+            .iter()
+            .map(|(id, call)| {
+                Ok(CallRow {
+                    project: call.project.clone(),
+                    server: call.server.clone(),
+                    tool: call.tool.clone(),
+                    ingested_at: ms(call.ingested_at),
+                    id: id.clone(),
+                    span_id: call.span_id.clone(),
+                    session_id: call.session_id.clone(),
+                    agent_name: call.agent_name.clone(),
+                    started_at: ms(call.started_at),
+                    duration_ms: call.duration_ms,
+                    status: name(&call.status)?,
+                    error: call.error.clone(),
+                    shape_outcome: call.shape_outcome.as_str().to_owned(),
+                    shape_hash: call.shape_hash.clone(),
+                    compact_bytes: call.compact_bytes,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.insert("tool_calls", &calls).await?;
+
+        let signals = batch
+            .signals
+            .iter()
+            .map(|s| {
+                Ok(SignalRow {
+                    project: s.project.clone(),
+                    server: s.server.clone(),
+                    tool: s.tool.clone(),
+                    id: s.id.clone(),
+                    detected_at: ms(s.detected_at),
+                    shape_hash: s.shape_hash.clone(),
+                    signal: text(s)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.insert("shape_drift_signals", &signals).await?;
+
+        let shapes = batch
+            .tool_shapes
+            .iter()
+            .map(|row| {
+                Ok(ToolShapeDb {
+                    project: row.project.clone(),
+                    server: row.shape.server.clone(),
+                    tool: row.shape.tool.clone(),
+                    shape: text(&row.shape)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.insert(
+            "tool_shapes",
+            &last_per_key(shapes, |s| (s.project.clone(), s.server.clone(), s.tool.clone())),
+        )
+        .await?;
+
+        let settings = batch
+            .settings
+            .iter()
+            .map(|(project, thresholds)| {
+                Ok(SettingRow { project: project.clone(), thresholds: text(thresholds)? })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.insert("settings", &last_per_key(settings, |s| s.project.clone())).await?;
+
+        let commands = batch
+            .applied_commands
+            .iter()
+            .map(|(id, at, result)| {
+                Ok(CommandRow { id: id.clone(), applied_at: ms(*at), result: text(result)? })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.insert("applied_commands", &commands).await?;
+
+        // Last, in one insert: the state and the positions that the outputs above include.
+        let mut state: Vec<StateRow> = batch
+            .states
+            .into_iter()
+            .map(|(kind, key, state)| StateRow { consumer: CONSUMER.into(), kind, key, state })
+            .collect();
+        state.extend(batch.positions.iter().map(|(stream, offset)| StateRow {
+            consumer: CONSUMER.into(),
+            kind: POSITION.into(),
+            key: stream.to_string(),
+            state: offset.to_string(),
+        }));
+        let state = last_per_key(state, |s| (s.kind.clone(), s.key.clone()));
+        self.insert("detector_state", &state).await
+    }
+
+    async fn resume(&self) -> Result<Resume, StoreError> {
+        let rows: Vec<StateRow> = self
+            .client
+            .query("SELECT ?fields FROM detector_state FINAL WHERE consumer = ?")
+            .bind(CONSUMER)
+            .fetch_all()
+            .await?;
+        let mut resume = Resume::default();
+        for row in rows {
+            if row.kind == POSITION {
+                let parse = |text: &str| {
+                    text.parse().map_err(|_| StoreError::Corrupt(format!("bad stored position {text}")))
+                };
+                resume.positions.insert(parse(&row.key)?, parse(&row.state)? as u64);
+            } else {
+                resume.states.push((row.kind, row.key, row.state));
+            }
+        }
+        let settings: Vec<SettingRow> =
+            self.client.query("SELECT ?fields FROM settings FINAL").fetch_all().await?;
+        resume.settings = settings
+            .into_iter()
+            .map(|row| Ok((row.project, serde_json::from_str(&row.thresholds)?)))
+            .collect::<Result<_, StoreError>>()?;
+        Ok(resume)
+    }
+
+    async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError> {
+        let open: Vec<(String, Option<String>, Option<String>)> = self
+            .client
+            .query(
+                "SELECT server_name, max_classification, max_severity FROM schema_drift_events FINAL
+                 WHERE project = ? AND status = 'open'",
+            )
+            .bind(project)
+            .fetch_all()
+            .await?;
+        let open = views::open_counts(open);
+        let rows: Vec<ServerRowDb> = self
+            .client
+            .query("SELECT ?fields FROM servers FINAL WHERE project = ? ORDER BY server_name")
+            .bind(project)
+            .fetch_all()
+            .await?;
+        rows.into_iter()
+            .map(|row| {
+                let (open_drift, severity) = open.get(&row.server_name).cloned().unwrap_or_default();
+                Ok(ServerHealth {
+                    status: parse_name::<ServerStatus>(&row.status)?,
+                    schema_hash: row.schema_hash,
+                    tool_count: row.tool_count,
+                    last_seen: row.last_seen.map(timestamp).transpose()?,
+                    latency_ms: row.latency_ms,
+                    open_drift,
+                    max_severity: severity.as_deref().map(parse_name).transpose()?,
+                    note: row.note,
+                    server_name: row.server_name,
+                })
+            })
+            .collect()
+    }
+
+    async fn drift_history(
+        &self,
+        project: &str,
+        server: &str,
+        limit: u32,
+    ) -> Result<Vec<SchemaDriftEvent>, StoreError> {
+        let rows: Vec<EventRow> = self
+            .client
+            .query(
+                "SELECT ?fields FROM schema_drift_events FINAL WHERE project = ? AND server_name = ?
+                 ORDER BY detected_at DESC, id DESC LIMIT ?",
+            )
+            .bind(project)
+            .bind(server)
+            .bind(limit)
+            .fetch_all()
+            .await?;
+        rows.into_iter().map(EventRow::into_event).collect()
+    }
+
+    async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError> {
+        let events: Vec<String> = self
+            .client
+            .query("SELECT event FROM schema_drift_events FINAL WHERE project = ? AND server_name = ? AND status = 'open'")
+            .bind(query.project)
+            .bind(query.server)
+            .fetch_all()
+            .await?;
+        let from = since(query.now, query.hours);
+        let window = "FROM tool_calls FINAL WHERE project = ? AND server = ? AND tool = ?
+                      AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))";
+        let agents: Vec<views::AgentStats> = self
+            .client
+            .query(&format!(
+                "SELECT ifNull(agent_name, 'unknown') AS agent, uniqExact(session_id), count() AS calls,
+                        countIf(status = 'error'), avg(duration_ms), toInt64(toUnixTimestamp64Milli(max(ingested_at)))
+                 {window} GROUP BY agent ORDER BY calls DESC, agent"
+            ))
+            .bind(query.project)
+            .bind(query.server)
+            .bind(query.tool)
+            .bind(from)
+            .fetch_all()
+            .await?;
+        let total_sessions: u64 = self
+            .client
+            .query(&format!("SELECT uniqExact(session_id) {window}"))
+            .bind(query.project)
+            .bind(query.server)
+            .bind(query.tool)
+            .bind(from)
+            .fetch_one()
+            .await?;
+        views::drift_impact(&query, events, agents, total_sessions)
+    }
+
+    async fn tool_schemas(&self, project: &str, server: &str) -> Result<Vec<ToolSchema>, StoreError> {
+        let rows: Vec<ToolSchemaRow> = self
+            .client
+            .query(
+                "SELECT ?fields FROM tool_schemas FINAL WHERE project = ? AND server_name = ? AND schema_hash = (
+                     SELECT argMax(schema_hash, captured_at) FROM server_snapshots FINAL
+                     WHERE project = ? AND server_name = ?)
+                 ORDER BY tool_name",
+            )
+            .bind(project)
+            .bind(server)
+            .bind(project)
+            .bind(server)
+            .fetch_all()
+            .await?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(ToolSchema {
+                    server_name: row.server_name,
+                    tool_name: row.tool_name,
+                    description: row.description,
+                    input_schema: serde_json::from_str(&row.input_schema)?,
+                    captured_at: timestamp(row.captured_at)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {
+        let declared: Vec<(String, String)> = self
+            .client
+            .query(
+                "SELECT server_name, tool_name FROM tool_schemas FINAL WHERE project = ? AND (server_name, schema_hash) IN (
+                     SELECT server_name, argMax(schema_hash, captured_at) FROM server_snapshots FINAL
+                     WHERE project = ? GROUP BY server_name)",
+            )
+            .bind(project)
+            .bind(project)
+            .fetch_all()
+            .await?;
+        let shape_rows: Vec<(String, String, String)> = self
+            .client
+            .query("SELECT server, tool, shape FROM tool_shapes FINAL WHERE project = ?")
+            .bind(project)
+            .fetch_all()
+            .await?;
+        let mut shapes = HashMap::new();
+        for (server, tool, json) in shape_rows {
+            shapes.insert((server, tool), views::shape_status(&json)?);
+        }
+        let calls: Vec<views::CallStats> = self
+            .client
+            .query(
+                "SELECT server, tool, count(), countIf(status = 'error'), avg(duration_ms),
+                        toInt64(toUnixTimestamp64Milli(max(ingested_at)))
+                 FROM tool_calls FINAL WHERE project = ? AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))
+                 GROUP BY server, tool ORDER BY server, tool",
+            )
+            .bind(project)
+            .bind(since(now, hours))
+            .fetch_all()
+            .await?;
+        views::tool_summaries(&declared.into_iter().collect(), shapes, calls)
+    }
+
+    async fn tool_shape(
+        &self,
+        project: &str,
+        server: &str,
+        tool: &str,
+    ) -> Result<Option<ToolShape>, StoreError> {
+        let json: Option<String> = self
+            .client
+            .query("SELECT shape FROM tool_shapes FINAL WHERE project = ? AND server = ? AND tool = ?")
+            .bind(project)
+            .bind(server)
+            .bind(tool)
+            .fetch_optional()
+            .await?;
+        let Some(json) = json else { return Ok(None) };
+        let mut shape: ToolShape = serde_json::from_str(&json)?;
+        shape.signal_groups = self
+            .signal_groups(
+                "project = ? AND server = ? AND tool = ?",
+                vec![project.to_owned(), server.to_owned(), tool.to_owned()],
+            )
+            .await?;
+        Ok(Some(shape))
+    }
+
+    async fn shape_drift(
+        &self,
+        project: &str,
+        hours: u32,
+        now: Timestamp,
+    ) -> Result<Vec<SignalGroup>, StoreError> {
+        self.signal_groups(
+            "project = ? AND detected_at >= fromUnixTimestamp64Milli(toInt64(?))",
+            vec![project.to_owned(), since(now, hours).to_string()],
+        )
+        .await
+    }
+
+    async fn thresholds(&self, project: &str) -> Result<Option<DetectorThresholds>, StoreError> {
+        let json: Option<String> = self
+            .client
+            .query("SELECT thresholds FROM settings FINAL WHERE project = ?")
+            .bind(project)
+            .fetch_optional()
+            .await?;
+        json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
+    }
+
+    async fn return_value_stats(
+        &self,
+        project: &str,
+        hours: u32,
+        now: Timestamp,
+    ) -> Result<ReturnValueStats, StoreError> {
+        let rows: Vec<(String, String, String, String, u64)> = self
+            .client
+            .query(
+                "SELECT toString(server), toString(tool), toString(status), toString(shape_outcome), count()
+                 FROM tool_calls FINAL WHERE project = ? AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))
+                 GROUP BY server, tool, status, shape_outcome",
+            )
+            .bind(project)
+            .bind(since(now, hours))
+            .fetch_all()
+            .await?;
+        Ok(views::return_value_stats(hours, rows))
+    }
+
+    async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError> {
+        let json: Option<String> = self
+            .client
+            .query("SELECT result FROM applied_commands FINAL WHERE id = ?")
+            .bind(id)
+            .fetch_optional()
+            .await?;
+        json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.client.query("SELECT 1").fetch_one::<u8>().await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migration_files_split_into_statements_without_comments() {
+        let parts = statements(MIGRATIONS[0]);
+        assert!(parts.len() >= 10, "{parts:?}");
+        assert!(parts.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{parts:?}");
+        assert!(parts.iter().all(|s| !s.contains("--")), "{parts:?}");
+    }
+}

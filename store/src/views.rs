@@ -1,0 +1,260 @@
+//! What both stores compute the same way from the rows they read: API views and value conversions.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use driftline_schemas::api::{
+    DriftImpact, OpenDriftCounts, OutcomeCounts, ReturnValueStats, Risk, SignalGroup, ToolConsumer,
+    ToolOutcomeStats, ToolShape, ToolSummary, NO_RECENT_CALLERS,
+};
+use driftline_schemas::{Classification, SchemaDriftEvent, ShapeDriftSignal, ShapeOutcome, Timestamp};
+use serde_json::Value;
+
+use crate::{ImpactQuery, StoreError};
+
+pub(crate) fn ms(at: Timestamp) -> i64 {
+    at.as_millis()
+}
+
+pub(crate) fn timestamp(millis: i64) -> Result<Timestamp, StoreError> {
+    Timestamp::from_millis(millis)
+        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {millis} out of range")))
+}
+
+pub(crate) fn text<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    Ok(serde_json::to_string(value)?)
+}
+
+/// The lowercase or uppercase wire name of a serde enum value.
+pub(crate) fn name<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    match serde_json::to_value(value)? {
+        Value::String(name) => Ok(name),
+        other => Err(StoreError::Corrupt(format!("expected a name, got {other}"))),
+    }
+}
+
+pub(crate) fn parse_name<T: serde::de::DeserializeOwned>(name: &str) -> Result<T, StoreError> {
+    Ok(serde_json::from_value(Value::String(name.to_owned()))?)
+}
+
+/// Open drift per server from (server, max classification, max severity) of every open event.
+pub(crate) fn open_counts(
+    rows: impl IntoIterator<Item = (String, Option<String>, Option<String>)>,
+) -> HashMap<String, (OpenDriftCounts, Option<String>)> {
+    let mut counts: HashMap<String, (OpenDriftCounts, Option<String>)> = HashMap::new();
+    let rank = |s: &Option<String>| match s.as_deref() {
+        Some("high") => 3,
+        Some("medium") => 2,
+        Some("low") => 1,
+        _ => 0,
+    };
+    for (server, classification, severity) in rows {
+        let entry = counts.entry(server).or_default();
+        match classification.as_deref() {
+            Some("BREAKING") => entry.0.breaking += 1,
+            Some("WARNING") => entry.0.warning += 1,
+            Some("COMPATIBLE") => entry.0.compatible += 1,
+            _ => {}
+        }
+        if rank(&severity) > rank(&entry.1) {
+            entry.1 = severity;
+        }
+    }
+    counts
+}
+
+/// Signals (as stored JSON, in detection order) grouped by tool and shape, newest group first.
+pub(crate) fn signal_groups(
+    signals: impl IntoIterator<Item = String>,
+) -> Result<Vec<SignalGroup>, StoreError> {
+    let mut groups: BTreeMap<(String, String, String), SignalGroup> = BTreeMap::new();
+    for json in signals {
+        let signal: ShapeDriftSignal = serde_json::from_str(&json)?;
+        let key = (signal.server.clone(), signal.tool.clone(), signal.shape_hash.clone());
+        match groups.get_mut(&key) {
+            Some(group) => {
+                group.first_seen = group.first_seen.min(signal.detected_at);
+                group.last_seen = group.last_seen.max(signal.detected_at);
+                group.occurrences += 1;
+            }
+            None => {
+                groups.insert(
+                    key,
+                    SignalGroup {
+                        fingerprint: signal.fingerprint,
+                        server: signal.server,
+                        tool: signal.tool,
+                        shape: signal.shape,
+                        shape_hash: signal.shape_hash,
+                        baseline_shape: signal.baseline_shape,
+                        baseline_hash: signal.baseline_hash,
+                        ranking: signal.ranking,
+                        reasons: signal.reasons,
+                        first_seen: signal.detected_at,
+                        last_seen: signal.detected_at,
+                        occurrences: 1,
+                        sample_span_id: signal.span_id,
+                    },
+                );
+            }
+        }
+    }
+    let mut groups: Vec<SignalGroup> = groups.into_values().collect();
+    groups.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then_with(|| a.fingerprint.cmp(&b.fingerprint)));
+    Ok(groups)
+}
+
+/// (status, shape outcome, count) of calls.
+type OutcomeRow = (String, String, u64);
+
+/// Outcome counts from (status, shape outcome, count) rows.
+pub(crate) fn outcome_counts(rows: &[OutcomeRow]) -> OutcomeCounts {
+    let mut counts = OutcomeCounts::default();
+    for (_, outcome, n) in rows {
+        let outcome = ShapeOutcome::ALL
+            .iter()
+            .copied()
+            .find(|o| o.as_str() == outcome)
+            .unwrap_or(ShapeOutcome::NotSuccess);
+        counts.add(outcome, *n);
+    }
+    counts
+}
+
+pub(crate) fn rate(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// Per-tool call statistics in a window: (server, tool, calls, errors, average latency, last call ms).
+pub(crate) type CallStats = (String, String, u64, u64, f64, i64);
+
+/// The Tools view: every tool called in the window, plus tools with shape history but no recent call.
+pub(crate) fn tool_summaries(
+    declared: &BTreeSet<(String, String)>,
+    shapes: HashMap<(String, String), String>,
+    calls: Vec<CallStats>,
+) -> Result<Vec<ToolSummary>, StoreError> {
+    let mut tools = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (server, tool, calls, errors, avg, last) in calls {
+        let key = (server, tool);
+        tools.push(ToolSummary {
+            shape_status: shapes.get(&key).cloned().unwrap_or_else(|| "priming 0/?".into()),
+            declared: declared.contains(&key),
+            calls,
+            errors,
+            avg_latency_ms: avg,
+            last_called_at: Some(timestamp(last)?),
+            server: key.0.clone(),
+            tool: key.1.clone(),
+        });
+        seen.insert(key);
+    }
+    for (key, status) in shapes {
+        if !seen.contains(&key) {
+            tools.push(ToolSummary {
+                declared: declared.contains(&key),
+                server: key.0,
+                tool: key.1,
+                calls: 0,
+                errors: 0,
+                avg_latency_ms: 0.0,
+                last_called_at: None,
+                shape_status: status,
+            });
+        }
+    }
+    tools.sort_by(|a, b| (&a.server, &a.tool).cmp(&(&b.server, &b.tool)));
+    Ok(tools)
+}
+
+/// The shape status line of a stored ToolShape view.
+pub(crate) fn shape_status(json: &str) -> Result<String, StoreError> {
+    Ok(serde_json::from_str::<ToolShape>(json)?.status)
+}
+
+/// Return-value statistics from (server, tool, status, shape outcome, count) rows.
+pub(crate) fn return_value_stats(
+    hours: u32,
+    rows: Vec<(String, String, String, String, u64)>,
+) -> ReturnValueStats {
+    let mut per_tool: BTreeMap<(String, String), Vec<OutcomeRow>> = BTreeMap::new();
+    let mut all = Vec::new();
+    for (server, tool, status, outcome, n) in rows {
+        all.push((status.clone(), outcome.clone(), n));
+        per_tool.entry((server, tool)).or_default().push((status, outcome, n));
+    }
+    let tools = per_tool
+        .into_iter()
+        .map(|((server, tool), rows)| {
+            let counts = outcome_counts(&rows);
+            ToolOutcomeStats {
+                server,
+                tool,
+                truncation_rate: rate(counts.truncated_sentinel, counts.successful_calls),
+                counts,
+            }
+        })
+        .collect();
+    let totals = outcome_counts(&all);
+    ReturnValueStats {
+        window_hours: hours,
+        truncation_rate: rate(totals.truncated_sentinel, totals.successful_calls),
+        totals,
+        tools,
+    }
+}
+
+/// Per-agent use of a tool: (agent, sessions, calls, errors, average latency, last call ms).
+pub(crate) type AgentStats = (String, u64, u64, u64, f64, i64);
+
+/// The impact view of a tool: its callers, rated by the worst open change (as stored JSON events) touching it.
+pub(crate) fn drift_impact(
+    query: &ImpactQuery<'_>,
+    open_events: Vec<String>,
+    agents: Vec<AgentStats>,
+    total_sessions: u64,
+) -> Result<DriftImpact, StoreError> {
+    let mut worst: Option<Classification> = None;
+    for json in open_events {
+        let event: SchemaDriftEvent = serde_json::from_str(&json)?;
+        for change in event.changes.iter().filter(|c| c.tool_name == query.tool) {
+            worst = worst.max(Some(change.classification));
+        }
+    }
+    let consumers = agents
+        .into_iter()
+        .map(|(agent_name, session_count, call_count, error_count, avg_latency_ms, last)| {
+            let risk = match worst {
+                None | Some(Classification::Compatible) => Risk::Low,
+                Some(_) if session_count >= query.high_risk_sessions => Risk::High,
+                Some(_) => Risk::Medium,
+            };
+            Ok(ToolConsumer {
+                agent_name,
+                session_count,
+                call_count,
+                error_count,
+                avg_latency_ms,
+                last_called_at: timestamp(last)?,
+                risk,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(DriftImpact {
+        server_name: query.server.to_owned(),
+        tool_name: query.tool.to_owned(),
+        window_hours: query.hours,
+        message: consumers.is_empty().then(|| NO_RECENT_CALLERS.to_owned()),
+        consumers,
+        total_sessions,
+    })
+}
+
+/// The start (Unix ms) of a window of `hours` ending at `now`.
+pub(crate) fn since(now: Timestamp, hours: u32) -> i64 {
+    ms(now) - i64::from(hours) * 3_600_000
+}
