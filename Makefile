@@ -3,15 +3,20 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: run demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: run run-distributed demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
 	$(BIN) serve
 
+## run-distributed: ingest, detect and api as separate processes over Kafka and ClickHouse (after `make infra-up`).
+run-distributed: build
+	BIN=$(BIN) scripts/run-distributed.sh
+
 ## demo: against a running `make run`, send a scripted scenario and show what driftline sees.
+##       Against `make run-distributed`: make demo ARGS="--ingest-url http://127.0.0.1:8001"
 demo: build
-	$(BIN) demo
+	$(BIN) demo $(ARGS)
 
 build:
 	$(CARGO) build --release --locked --bin driftline
@@ -22,8 +27,9 @@ test: toolchain
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@mkdir -p target
 	deploy/local/kafka.sh up
+	deploy/local/clickhouse.sh up
 	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log; status=$$?; \
-	    deploy/local/kafka.sh down; exit $$status
+	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; exit $$status
 	$(MAKE) --no-print-directory browser-test
 	$(MAKE) --no-print-directory python-test
 	@awk '/^test result:/ { p += $$4; f += $$6 } /^# pass / { p += $$3 } /^# fail / { f += $$3 } \
@@ -63,12 +69,15 @@ lint:
 unit:
 	$(CARGO) test --workspace --locked --lib
 
-## infra-up / infra-down: Apache Kafka 4.x (KRaft, 127.0.0.1:19092) for `storage.bus = "kafka"`.
+## infra-up / infra-down: Apache Kafka 4.x (KRaft, 127.0.0.1:19092) for `storage.bus = "kafka"` and the
+## ClickHouse HTTP interface over chDB (127.0.0.1:18123) for `storage.store = "clickhouse"`.
 infra-up:
 	deploy/local/kafka.sh up
+	deploy/local/clickhouse.sh up
 
 infra-down:
 	deploy/local/kafka.sh down
+	deploy/local/clickhouse.sh down
 
 ## bench: detector micro-benchmarks (criterion) and the service load generator; prints the figures we report.
 bench:

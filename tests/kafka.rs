@@ -17,7 +17,7 @@ fn the_demo_scenario_over_kafka() {
     let brokers = kafka_brokers();
     let dir = temp_dir("kafka-demo");
     let server = start("demo", &dir, &brokers);
-    support::check_demo_scenario(&server);
+    support::check_demo_scenario(&server.endpoints());
     // `serve` created its topics with the configured partitions; `driftline topics describe` shows them.
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_driftline"))
         .args(["topics", "describe"])

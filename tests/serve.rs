@@ -13,7 +13,7 @@ use support::{outputs, run_cli, span, temp_dir, wait_for_calls, Server};
 fn the_demo_scenario() {
     let dir = temp_dir("demo");
     let server = Server::start(&dir, None, &[]);
-    support::check_demo_scenario(&server);
+    support::check_demo_scenario(&server.endpoints());
 }
 
 #[test]

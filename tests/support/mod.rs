@@ -12,6 +12,10 @@ pub struct Server {
     child: Child,
     pub url: String,
     pub data_dir: PathBuf,
+    /// How it was started, to start it again.
+    stage: String,
+    config: Option<PathBuf>,
+    env: Vec<(String, String)>,
 }
 
 /// A fresh, empty directory for one test.
@@ -25,8 +29,13 @@ pub fn temp_dir(name: &str) -> PathBuf {
 impl Server {
     /// Starts `driftline serve` on a free loopback port with its data in `data_dir`.
     pub fn start(data_dir: &Path, config: Option<&Path>, env: &[(&str, &str)]) -> Server {
+        Server::start_stage("serve", data_dir, config, env)
+    }
+
+    /// Starts `driftline <stage>` (`serve`, `ingest`, `detect`, `api`) on a free loopback port.
+    pub fn start_stage(stage: &str, data_dir: &Path, config: Option<&Path>, env: &[(&str, &str)]) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_driftline"));
-        command.args(["serve", "--bind", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
+        command.args([stage, "--bind", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
         if let Some(config) = config {
             command.arg("--config").arg(config);
         }
@@ -41,7 +50,7 @@ impl Server {
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
             let _ = child.kill();
-            panic!("driftline serve did not report its address within 30 s");
+            panic!("driftline {stage} did not report its address within 30 s");
         });
         let url = line.trim().strip_prefix("driftline listening on ").unwrap_or_else(|| {
             let _ = child.kill();
@@ -51,7 +60,23 @@ impl Server {
             }
             panic!("unexpected first line {line:?}; stderr: {stderr}")
         });
-        Server { url: url.to_owned(), child, data_dir: data_dir.to_owned() }
+        Server {
+            url: url.to_owned(),
+            child,
+            data_dir: data_dir.to_owned(),
+            stage: stage.to_owned(),
+            config: config.map(Path::to_owned),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    /// kill -9, then the same command again on the same data (at a new port).
+    pub fn crash_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let restarted = Server::start_stage(&self.stage, &self.data_dir, self.config.as_deref(), &env);
+        *self = restarted;
     }
 
     /// Stops the server the hard way (no graceful shutdown).
@@ -74,7 +99,36 @@ impl Server {
     }
 
     pub fn client(&self, key: Option<&str>) -> Client {
-        Client { base: self.url.clone(), key: key.map(String::from), agent: agent() }
+        Client { base: self.url.clone(), ingest: None, key: key.map(String::from), agent: agent() }
+    }
+
+    /// Where a user reaches this server: every stage at one address.
+    pub fn endpoints(&self) -> Endpoints {
+        Endpoints { api: self.url.clone(), ingest: self.url.clone(), metrics: vec![self.url.clone()] }
+    }
+}
+
+/// The addresses of a deployment: one process, or separate ingest, detect and api processes.
+pub struct Endpoints {
+    pub api: String,
+    pub ingest: String,
+    /// Every process's address, for `/metrics`.
+    pub metrics: Vec<String>,
+}
+
+impl Endpoints {
+    /// A client that sends spans and tool lists to ingest and everything else to the API.
+    pub fn client(&self) -> Client {
+        Client { base: self.api.clone(), ingest: Some(self.ingest.clone()), key: None, agent: agent() }
+    }
+
+    /// The metrics of every process, concatenated.
+    pub fn metrics(&self) -> String {
+        self.metrics
+            .iter()
+            .map(|url| client_for(url, None).get("/metrics").1.as_str().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
@@ -95,6 +149,8 @@ fn agent() -> ureq::Agent {
 
 pub struct Client {
     pub base: String,
+    /// Where spans and tool lists go when ingest runs apart from the API.
+    pub ingest: Option<String>,
     key: Option<String>,
     agent: ureq::Agent,
 }
@@ -136,7 +192,12 @@ impl Client {
     }
 
     pub fn send_with(&self, method: &str, path: &str, body: &[u8], headers: &[(&str, &str)]) -> Reply {
-        let url = format!("{}{path}", self.base);
+        let to_ingest = path.starts_with("/v1/") || (method == "PUT" && path.ends_with("/tools"));
+        let base = match (&self.ingest, to_ingest) {
+            (Some(ingest), true) => ingest,
+            _ => &self.base,
+        };
+        let url = format!("{base}{path}");
         let mut request = match method {
             "POST" => self.agent.post(url),
             "PUT" => self.agent.put(url),
@@ -177,7 +238,7 @@ impl Client {
 }
 
 pub fn client_for(url: &str, key: Option<&str>) -> Client {
-    Client { base: url.to_owned(), key: key.map(String::from), agent: agent() }
+    Client { base: url.to_owned(), ingest: None, key: key.map(String::from), agent: agent() }
 }
 
 /// A client that waits up to `seconds` for an answer (for tests that take a dependency away).
@@ -187,7 +248,7 @@ pub fn patient_client(url: &str, seconds: u64) -> Client {
         .timeout_global(Some(Duration::from_secs(seconds)))
         .build()
         .into();
-    Client { base: url.to_owned(), key: None, agent }
+    Client { base: url.to_owned(), ingest: None, key: None, agent }
 }
 
 pub fn run_cli(args: &[&str]) -> (i32, String, String) {
@@ -274,9 +335,9 @@ pub fn kafka_env(brokers: &str, prefix: &str) -> Vec<(String, String)> {
 }
 
 /// Runs `driftline demo` against `server` and checks every number of the scenario, through the CLI and the
-/// API. The same checks run in every deployment mode (embedded, Kafka).
-pub fn check_demo_scenario(server: &Server) {
-    let (code, stdout, stderr) = run_cli(&["demo", "--url", &server.url]);
+/// API. The same checks run in every deployment mode (embedded; Kafka; split stages on Kafka and ClickHouse).
+pub fn check_demo_scenario(deployment: &Endpoints) {
+    let (code, stdout, stderr) = run_cli(&["demo", "--url", &deployment.api, "--ingest-url", &deployment.ingest]);
     assert_eq!(code, 0, "demo failed: {stderr}\n{stdout}");
     for expected in [
         "search-mcp   DEGRADED",
@@ -293,7 +354,7 @@ pub fn check_demo_scenario(server: &Server) {
         assert!(stdout.contains(expected), "demo output lacks {expected:?}:\n{stdout}");
     }
 
-    let client = server.client(None);
+    let client = deployment.client();
     let (status, servers) = client.get("/api/health/servers");
     assert_eq!(status, 200);
     let names: Vec<(&str, &str, u64)> = servers
@@ -386,9 +447,7 @@ pub fn check_demo_scenario(server: &Server) {
         schema.as_array().expect("tools").iter().filter_map(|t| t["tool_name"].as_str()).collect();
     assert_eq!(names, ["fetch_page", "search_images", "search_web", "summarize"]);
 
-    let (status, metrics) = client.get("/metrics");
-    assert_eq!(status, 200);
-    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    let metrics = deployment.metrics();
     for series in [
         "driftline_ingest_spans_total{result=\"accepted\"} 50",
         "driftline_ingest_tool_lists_total{result=\"accepted\"} 3",
@@ -403,20 +462,37 @@ pub fn check_demo_scenario(server: &Server) {
         assert!(metrics.contains(series), "/metrics lacks {series}:\n{metrics}");
     }
 
-    let (code, stdout, _) = run_cli(&["health", "--url", &server.url, "--format", "json"]);
+    let (code, stdout, _) = run_cli(&["health", "--url", &deployment.api, "--format", "json"]);
     assert_eq!(code, 0);
     assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json").as_array().map(Vec::len), Some(2));
 }
 
-/// Sends the same stream to an uninterrupted server and to one killed (kill -9) half way and restarted on
-/// its data; both must end with exactly the same outputs. `start(run, dir)` starts a server for a run
-/// named `uninterrupted` or `restarted`, in any deployment mode.
-pub fn check_kill_mid_stream(start: impl Fn(&str, &Path) -> Server) {
+/// A running deployment that a test can crash: `serve`, or split stages where the detector is crashed.
+pub trait Deployment {
+    fn client(&self) -> Client;
+    /// kill -9 whatever holds detector state, and start it again on its data.
+    fn crash_and_restart(&mut self);
+}
+
+impl Deployment for Server {
+    fn client(&self) -> Client {
+        Server::client(self, None)
+    }
+
+    fn crash_and_restart(&mut self) {
+        Server::crash_and_restart(self)
+    }
+}
+
+/// Sends the same stream to an uninterrupted deployment and to one whose detector is killed (kill -9) half
+/// way and restarted on its data; both must end with exactly the same outputs. `start(run, dir)` starts a
+/// deployment for a run named `uninterrupted` or `restarted`, in any mode.
+pub fn check_kill_mid_stream<D: Deployment>(start: impl Fn(&str, &Path) -> D) {
     let parts = 4;
     let uninterrupted = {
         let dir = temp_dir("uninterrupted");
-        let server = start("uninterrupted", &dir);
-        let client = server.client(None);
+        let deployment = start("uninterrupted", &dir);
+        let client = deployment.client();
         for part in 0..parts {
             stream_part(&client, part);
         }
@@ -424,14 +500,13 @@ pub fn check_kill_mid_stream(start: impl Fn(&str, &Path) -> Server) {
         outputs(&client)
     };
     let dir = temp_dir("restarted");
-    let first = start("restarted", &dir);
-    let client = first.client(None);
+    let mut deployment = start("restarted", &dir);
+    let client = deployment.client();
     stream_part(&client, 0);
     stream_part(&client, 1);
     // Killed without warning, possibly before the worker read what was acknowledged.
-    first.kill();
-    let second = start("restarted", &dir);
-    let client = second.client(None);
+    deployment.crash_and_restart();
+    let client = deployment.client();
     stream_part(&client, 2);
     stream_part(&client, 3);
     wait_for_calls(&client, 30 * parts as u64);
@@ -440,4 +515,16 @@ pub fn check_kill_mid_stream(start: impl Fn(&str, &Path) -> Server) {
     // The stream drifted, reverted and drifted again: the events prove the lifecycle ran across the restart.
     assert!(restarted["events"].as_array().is_some_and(|e| e.len() >= 2), "{restarted}");
     assert!(restarted["groups"].as_array().is_some_and(|g| !g.is_empty()), "{restarted}");
+}
+
+/// A ClickHouse HTTP endpoint: `CLICKHOUSE_URL`, or the chDB-backed one that `deploy/local/clickhouse.sh up`
+/// starts (idempotent).
+pub fn clickhouse_url() -> String {
+    if let Ok(url) = std::env::var("CLICKHOUSE_URL") {
+        return url;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/clickhouse.sh");
+    let status = Command::new(&script).arg("up").status().expect("run deploy/local/clickhouse.sh");
+    assert!(status.success(), "deploy/local/clickhouse.sh up failed (its output says why)");
+    "http://127.0.0.1:18123".to_owned()
 }
