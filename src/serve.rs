@@ -136,7 +136,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("cannot reach Kafka at kafka.brokers = {}", config.kafka.brokers))?;
             if let (true, Some(store)) = (role.detects(), &store) {
-                let worker = Worker::resume(bus.consumer()?, store.clone(), settings).await?;
+                let worker = Worker::resume(bus.consumer()?, store.clone(), settings)
+                    .await?
+                    .with_dead_letters(Arc::new(bus.clone()));
                 worker_task = Some(tokio::spawn(worker.run(stopped)));
             }
             (Arc::new(bus.clone()), Some(bus))

@@ -108,3 +108,89 @@ fn a_single_stage_names_the_settings_it_needs() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("clickhouse.url"), "{stderr}");
 }
+
+/// Another producer (an agent platform, a gateway) publishing straight to the input topics (DESIGN.md §8):
+/// raw spans with return values and tool lists are detected exactly as through ingest; malformed records
+/// land in the dead-letter topic with their reason, and the records after them on the same key still flow.
+#[test]
+fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letters() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::Message;
+    use serde_json::json;
+
+    let dir = temp_dir("split-external");
+    let split = Split::start("external", &dir);
+    let prefix = format!("external-{}.", std::process::id());
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .expect("producer");
+    let send = |topic: &str, key: &str, payload: String| {
+        producer
+            .send(BaseRecord::to(&format!("{prefix}{topic}")).key(key).payload(&payload))
+            .expect("enqueue");
+    };
+    let tools = |extra: bool| {
+        let mut tools = vec![json!({"name": "lookup", "inputSchema": {"type": "object"}})];
+        if extra {
+            tools.push(json!({"name": "lookup_v2", "inputSchema": {"type": "object"}}));
+        }
+        json!({"project": "default", "server": "ext", "captured_at": "2026-03-26T08:00:00.000Z", "source": "api", "tools": tools})
+    };
+    let span = |i: usize, value: serde_json::Value| {
+        json!({"project": "default", "span_id": format!("x{i}"), "session_id": "s", "agent_name": "gateway",
+            "server": "ext", "tool": "lookup", "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 3,
+            "status": "success", "return_value": value})
+        .to_string()
+    };
+    send("tool-lists", "default/ext", tools(false).to_string());
+    send("tool-lists", "default/ext", "{not json".to_owned());
+    for i in 0..20 {
+        send("spans", "default/ext/lookup", span(i, json!({"id": i, "name": "n"})));
+    }
+    send("spans", "default/ext/lookup", json!({"span_id": "", "server": "ext"}).to_string());
+    let empty_id = json!({"project": "default", "span_id": "", "server": "ext", "tool": "lookup",
+        "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 1, "status": "success"});
+    send("spans", "default/ext/lookup", empty_id.to_string());
+    for i in 20..23 {
+        send("spans", "default/ext/lookup", span(i, json!({"id": "changed"})));
+    }
+    send("tool-lists", "default/ext", tools(true).to_string());
+    producer.flush(std::time::Duration::from_secs(10)).expect("flush");
+
+    let client = split.client();
+    client.wait_for("/api/tools", "23 external calls", |tools| tools[0]["calls"] == 23);
+    let shape = client.wait_for("/api/tools/ext/lookup/shape", "a shape signal", |shape| {
+        shape["signal_groups"].as_array().is_some_and(|g| !g.is_empty())
+    });
+    assert_eq!(shape["signal_groups"][0]["occurrences"], 3, "{shape}");
+    let history = client.wait_for("/api/health/servers/ext/drift-history", "the tool-list drift", |h| {
+        h["events"].as_array().is_some_and(|e| e.len() == 1)
+    });
+    assert_eq!(history["events"][0]["changes"][0]["change_type"], "tool_added", "{history}");
+
+    // The dead-letter topic holds the three malformed records, each with its reason.
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", format!("dead-letter-reader-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[&format!("{prefix}dead-letters")]).expect("subscribe");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut letters = Vec::new();
+    while letters.len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "waited 20 s for 3 dead letters; got {letters:?}");
+        if let Some(Ok(message)) = consumer.poll(std::time::Duration::from_millis(200)) {
+            let letter: serde_json::Value =
+                serde_json::from_slice(message.payload().unwrap_or_default()).expect("dead letter JSON");
+            letters.push((letter["topic"].as_str().unwrap_or("").to_owned(), letter["reason"].as_str().unwrap_or("").to_owned()));
+        }
+    }
+    letters.sort();
+    assert_eq!(letters[0].0, "spans");
+    assert!(letters.iter().any(|(_, r)| r.contains("span_id must not be empty")), "{letters:?}");
+    assert!(letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("not a tool-list snapshot")), "{letters:?}");
+    assert!(split.endpoints().metrics().contains("driftline_worker_dead_letters_total 3"));
+}

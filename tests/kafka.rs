@@ -25,7 +25,7 @@ fn the_demo_scenario_over_kafka() {
         .output()
         .expect("topics describe");
     let listing = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(listing.lines().filter(|l| l.ends_with("\t4 partitions")).count(), 3, "{listing}");
+    assert_eq!(listing.lines().filter(|l| l.ends_with("\t4 partitions")).count(), 4, "{listing}");
 }
 
 #[test]

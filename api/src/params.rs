@@ -27,14 +27,5 @@ impl Params {
 
 /// Server names: 1–256 of `A-Z a-z 0-9 . _ : @ -` (they appear in keys, paths and topics).
 pub fn valid_server_name(name: &str) -> Result<(), ApiError> {
-    let ok = !name.is_empty()
-        && name.len() <= 256
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(format!(
-            "invalid server name {name:?}: use 1-256 characters from A-Z a-z 0-9 . _ : @ -"
-        )))
-    }
+    driftline_schemas::check_server_name(name).map_err(ApiError::bad_request)
 }

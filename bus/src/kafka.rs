@@ -20,7 +20,10 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
 
+/// The detectors' input topics.
 const TOPICS: [Topic; 3] = [Topic::ToolLists, Topic::Spans, Topic::Commands];
+/// Every topic `driftline topics create` makes.
+const ALL_TOPICS: [Topic; 4] = [Topic::ToolLists, Topic::Spans, Topic::Commands, Topic::DeadLetters];
 
 /// Ingest answers 503 when the broker has not acknowledged a batch by then (the client retries; a batch
 /// that was late rather than lost may then arrive twice).
@@ -72,13 +75,13 @@ impl KafkaBus {
         Ok(KafkaBus { producer, settings })
     }
 
-    /// Creates the three topics with the configured partitions where they do not exist yet.
+    /// Creates the topics with the configured partitions where they do not exist yet.
     pub async fn ensure_topics(&self) -> Result<Vec<String>, BusError> {
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &self.settings.brokers)
             .create()
             .map_err(unavailable)?;
-        let names: Vec<String> = TOPICS.iter().map(|t| self.settings.topic_name(*t)).collect();
+        let names: Vec<String> = ALL_TOPICS.iter().map(|t| self.settings.topic_name(*t)).collect();
         let topics: Vec<NewTopic<'_>> = names
             .iter()
             .map(|name| {
@@ -117,7 +120,7 @@ impl KafkaBus {
     /// Each topic with its partition count (0 when it does not exist).
     pub fn describe_topics(&self) -> Result<Vec<(String, usize)>, BusError> {
         let consumer = self.consumer()?;
-        TOPICS
+        ALL_TOPICS
             .iter()
             .map(|topic| {
                 let name = self.settings.topic_name(*topic);

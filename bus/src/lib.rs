@@ -25,6 +25,8 @@ pub enum Topic {
     Spans,
     /// Operator commands (accept a baseline, change thresholds), key `project/server` or `project`.
     Commands,
+    /// Input records the detectors could not use, with the reason (DeadLetter); never consumed by them.
+    DeadLetters,
 }
 
 impl Topic {
@@ -33,11 +35,14 @@ impl Topic {
             Topic::ToolLists => "tool-lists",
             Topic::Spans => "spans",
             Topic::Commands => "commands",
+            Topic::DeadLetters => "dead-letters",
         }
     }
 
     pub fn parse(name: &str) -> Option<Topic> {
-        [Topic::ToolLists, Topic::Spans, Topic::Commands].into_iter().find(|t| t.as_str() == name)
+        [Topic::ToolLists, Topic::Spans, Topic::Commands, Topic::DeadLetters]
+            .into_iter()
+            .find(|t| t.as_str() == name)
     }
 }
 

@@ -155,16 +155,7 @@ fn parse_body<'a, T: Deserialize<'a>>(bytes: &'a [u8], expected: &str) -> Result
 
 fn read_span(element: &RawValue, project: &str) -> Result<ToolCallSpan, String> {
     let span: ToolCallSpan = serde_json::from_str(element.get()).map_err(|err| err.to_string())?;
-    if span.span_id.is_empty() {
-        return Err("span_id must not be empty".into());
-    }
-    valid_server_name(&span.server).map_err(|err| err.body.error)?;
-    if span.tool.is_empty() || span.tool.len() > 256 {
-        return Err("tool must be 1-256 characters".into());
-    }
-    if !(span.duration_ms.is_finite() && span.duration_ms >= 0.0) {
-        return Err("duration_ms must be a number >= 0".into());
-    }
+    span.check()?;
     match &span.project {
         Some(other) if other != project => {
             Err(format!("project {other:?} does not match this API key's project"))

@@ -25,3 +25,25 @@ impl OperatorCommand {
         }
     }
 }
+
+/// An input record the detectors could not use, published to the `dead-letters` topic (key: the record's
+/// key) so that its partition keeps flowing and nothing is dropped silently (DESIGN.md §8, §9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetter {
+    pub schema_version: u32,
+    /// `tool-lists`, `spans` or `commands`.
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub key: String,
+    pub reason: String,
+    /// The record as published, when it is UTF-8 ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// ... else its bytes in hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_hex: Option<String>,
+    /// When the bus accepted the record.
+    pub appended_at: crate::Timestamp,
+}

@@ -14,10 +14,10 @@ mod time;
 mod tool_drift;
 mod tool_list;
 
-pub use commands::OperatorCommand;
+pub use commands::{DeadLetter, OperatorCommand};
 pub use ids::{derive_id, InputPosition, OutputKind};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason};
-pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
+pub use span::{check_server_name, CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
 pub use thresholds::{DetectorThresholds, ThresholdError};
 pub use time::Timestamp;
 pub use tool_drift::{

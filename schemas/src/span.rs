@@ -151,3 +151,32 @@ mod tests {
         assert!(err.to_string().contains("unknown variant `ok`"), "{err}");
     }
 }
+
+/// Whether `name` can name a server: 1-256 characters from A-Z a-z 0-9 . _ : @ -.
+pub fn check_server_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 256
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("invalid server name {name:?}: use 1-256 characters from A-Z a-z 0-9 . _ : @ -"))
+    }
+}
+
+impl ToolCallSpan {
+    /// The rules every span meets, from ingest or published straight to Kafka (DESIGN.md §8).
+    pub fn check(&self) -> Result<(), String> {
+        if self.span_id.is_empty() {
+            return Err("span_id must not be empty".into());
+        }
+        check_server_name(&self.server)?;
+        if self.tool.is_empty() || self.tool.len() > 256 {
+            return Err("tool must be 1-256 characters".into());
+        }
+        if !(self.duration_ms.is_finite() && self.duration_ms >= 0.0) {
+            return Err("duration_ms must be a number >= 0".into());
+        }
+        Ok(())
+    }
+}

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use driftline_bus::{BusError, Consumer, Delivered, Positions, Topic};
+use driftline_bus::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{
@@ -19,7 +19,7 @@ use driftline_detectors::tool_drift::{
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
-    derive_id, DetectorThresholds, OperatorCommand, OutputKind, ProbeFailure, ServerStatus, Timestamp,
+    check_server_name, derive_id, DeadLetter, DetectorThresholds, OperatorCommand, OutputKind, ProbeFailure, ServerStatus, Timestamp,
     ToolCallRecord, ToolCallSpan, ToolListSnapshot,
 };
 use driftline_store::{Batch, EventUpdate, ServerRow, Store, StoreError, ToolShapeRow};
@@ -50,8 +50,11 @@ pub struct Worker<C> {
     servers: HashMap<String, ServerState>,
     tools: HashMap<String, ToolShapeState>,
     thresholds: HashMap<String, DetectorThresholds>,
-    /// Records that could not be read, counted (and logged) and skipped so the log keeps flowing.
+    /// Records that could not be used, counted (and logged) and skipped so the log keeps flowing.
     pub dead_letters: u64,
+    /// Where unusable records go, with the reason (the `dead-letters` topic); without it they are only
+    /// logged and counted (the embedded bus, whose only producer is ingest, which validated them).
+    dead_letter_sink: Option<Arc<dyn Producer>>,
 }
 
 /// What one poll did.
@@ -76,9 +79,16 @@ impl<C: Consumer> Worker<C> {
             tools: HashMap::new(),
             thresholds: HashMap::new(),
             dead_letters: 0,
+            dead_letter_sink: None,
         };
         worker.reload().await?;
         Ok(worker)
+    }
+
+    /// Publishes unusable records to `sink` (before the batch that skips them is stored).
+    pub fn with_dead_letters(mut self, sink: Arc<dyn Producer>) -> Self {
+        self.dead_letter_sink = Some(sink);
+        self
     }
 
     /// Replaces everything held in memory with what the store holds, and reads the bus from there again.
@@ -117,14 +127,27 @@ impl<C: Consumer> Worker<C> {
         }
         let mut batch = Batch::default();
         let mut dirty = Dirty::default();
+        let mut dead = Vec::new();
         for record in &records {
             metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
-            self.process(record, &mut batch, &mut dirty);
+            if let Err(reason) = self.process(record, &mut batch, &mut dirty) {
+                dead.push(dead_letter(record, reason));
+            }
             batch.positions.insert(record.position.partition, record.position.offset);
         }
         let positions = batch.positions.clone();
         self.flush_state(&mut batch, &dirty)?;
         let started = std::time::Instant::now();
+        // Dead letters are durable before the position that skips them (a replay may publish one twice;
+        // each names its source topic, partition and offset).
+        let published = match (&self.dead_letter_sink, dead.is_empty()) {
+            (Some(sink), false) => sink.publish(dead).await,
+            _ => Ok(()),
+        };
+        if let Err(err) = published {
+            self.reload().await?;
+            return Err(err.into());
+        }
         if let Err(err) = self.store.apply(batch).await {
             // The batch changed detector state in memory but was not stored: go back to what was.
             self.reload().await?;
@@ -166,38 +189,48 @@ impl<C: Consumer> Worker<C> {
         self.thresholds.get(project).copied().unwrap_or(self.settings.thresholds)
     }
 
-    fn process(&mut self, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) {
+    /// Runs the detectors over one record; Err(reason) when the record cannot be used (a dead letter).
+    fn process(&mut self, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) -> Result<(), String> {
         let outcome = match record.topic {
             Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
-                Ok(snapshot) => {
-                    self.tool_list(&snapshot, record, batch, dirty);
-                    Ok(())
-                }
+                Ok(snapshot) => check_owner(&snapshot.project, &snapshot.server)
+                    .map(|()| self.tool_list(&snapshot, record, batch, dirty)),
                 Err(err) => serde_json::from_slice::<ProbeFailure>(&record.payload)
-                    .map(|failure| self.probe_failure(&failure, record, batch, dirty))
-                    .map_err(|_| err),
+                    .map_err(|_| format!("not a tool-list snapshot: {err}"))
+                    .and_then(|failure| {
+                        check_owner(&failure.project, &failure.server)
+                            .map(|()| self.probe_failure(&failure, record, batch, dirty))
+                    }),
             },
             Topic::Spans => self.read_call(record).map(|call| self.call(call, record, batch, dirty)),
             Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
-                .map(|command| self.command(command, record, batch, dirty)),
+                .map(|command| self.command(command, record, batch, dirty))
+                .map_err(|err| format!("not an operator command: {err}")),
+            Topic::DeadLetters => Err("dead letters are not detector input".to_owned()),
         };
-        if let Err(err) = outcome {
+        if let Err(reason) = &outcome {
             self.dead_letters += 1;
             metrics::DEAD_LETTERS.inc();
-            tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, error = %err, "unreadable record skipped");
+            tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, "unusable record skipped");
         }
+        outcome
     }
 
-    /// A record from ingest, or a raw span from another producer (fingerprinted here exactly as ingest would).
-    fn read_call(&self, record: &Delivered) -> Result<ToolCallRecord, serde_json::Error> {
-        serde_json::from_slice::<ToolCallRecord>(&record.payload).or_else(|_| {
-            let span: ToolCallSpan = serde_json::from_slice(&record.payload)?;
-            let project = span
-                .project
-                .clone()
-                .unwrap_or_else(|| record.key.split('/').next().unwrap_or_default().to_owned());
-            Ok(record_from_span(&span, &project, record.appended_at))
-        })
+    /// A record from ingest, or a raw span from another producer: checked and fingerprinted here exactly as
+    /// ingest would.
+    fn read_call(&self, record: &Delivered) -> Result<ToolCallRecord, String> {
+        if let Ok(call) = serde_json::from_slice::<ToolCallRecord>(&record.payload) {
+            return Ok(call);
+        }
+        let span: ToolCallSpan =
+            serde_json::from_slice(&record.payload).map_err(|err| format!("not a tool-call span: {err}"))?;
+        span.check()?;
+        let project = span
+            .project
+            .clone()
+            .unwrap_or_else(|| record.key.split('/').next().unwrap_or_default().to_owned());
+        check_owner(&project, &span.server)?;
+        Ok(record_from_span(&span, &project, record.appended_at))
     }
 
     fn tool_list(
@@ -365,6 +398,38 @@ impl<C: Consumer> Worker<C> {
             });
         }
         Ok(())
+    }
+}
+
+/// The project and server a record belongs to must be usable as keys.
+fn check_owner(project: &str, server: &str) -> Result<(), String> {
+    if project.is_empty() || project.len() > 256 {
+        return Err("project must be 1-256 characters".into());
+    }
+    check_server_name(server)
+}
+
+fn dead_letter(record: &Delivered, reason: String) -> Message {
+    let (payload, payload_hex) = match std::str::from_utf8(&record.payload) {
+        Ok(text) => (Some(text.to_owned()), None),
+        Err(_) => (None, Some(hex::encode(&record.payload))),
+    };
+    let letter = DeadLetter {
+        schema_version: driftline_schemas::SCHEMA_VERSION,
+        topic: record.topic.as_str().to_owned(),
+        partition: record.position.partition & 0xffff,
+        offset: record.position.offset,
+        key: record.key.clone(),
+        reason,
+        payload,
+        payload_hex,
+        appended_at: record.appended_at,
+    };
+    Message {
+        topic: Topic::DeadLetters,
+        key: record.key.clone(),
+        // A struct of strings and numbers always serializes.
+        payload: serde_json::to_vec(&letter).unwrap_or_default(),
     }
 }
 
