@@ -80,7 +80,10 @@ fn the_demo_scenario_on_split_stages_over_kafka_and_clickhouse() {
     support::check_demo_scenario(&split.endpoints());
     // Migrations are recorded: a second run applies nothing.
     let (code, stdout, _) = driftline(&["migrate"], &environment("split-demo"));
-    assert_eq!((code, stdout.trim()), (0, format!("database test_{}_split_demo is up to date", std::process::id()).as_str()));
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, format!("database test_{}_split_demo is up to date", std::process::id()).as_str())
+    );
     // Every stage answers the operations endpoints; the detector is ready while ClickHouse and Kafka answer.
     for server in [&split.ingest, &split.detect, &split.api] {
         let client = server.client(None);
@@ -122,10 +125,8 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     let dir = temp_dir("split-external");
     let split = Split::start("external", &dir);
     let prefix = format!("external-{}.", std::process::id());
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .expect("producer");
+    let producer: BaseProducer =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", kafka_brokers()).create().expect("producer");
     let send = |topic: &str, key: &str, payload: String| {
         producer
             .send(BaseRecord::to(&format!("{prefix}{topic}")).key(key).payload(&payload))
@@ -185,12 +186,97 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
         if let Some(Ok(message)) = consumer.poll(std::time::Duration::from_millis(200)) {
             let letter: serde_json::Value =
                 serde_json::from_slice(message.payload().unwrap_or_default()).expect("dead letter JSON");
-            letters.push((letter["topic"].as_str().unwrap_or("").to_owned(), letter["reason"].as_str().unwrap_or("").to_owned()));
+            letters.push((
+                letter["topic"].as_str().unwrap_or("").to_owned(),
+                letter["reason"].as_str().unwrap_or("").to_owned(),
+            ));
         }
     }
     letters.sort();
     assert_eq!(letters[0].0, "spans");
     assert!(letters.iter().any(|(_, r)| r.contains("span_id must not be empty")), "{letters:?}");
-    assert!(letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("not a tool-list snapshot")), "{letters:?}");
+    assert!(
+        letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("not a tool-list snapshot")),
+        "{letters:?}"
+    );
     assert!(split.endpoints().metrics().contains("driftline_worker_dead_letters_total 3"));
+}
+
+/// A ClickHouse endpoint of the test's own (another port, other data), so stopping it disturbs no other test.
+struct OwnClickHouse {
+    env: Vec<(String, String)>,
+}
+
+impl OwnClickHouse {
+    fn start() -> OwnClickHouse {
+        let dir = temp_dir("own-clickhouse");
+        let own = OwnClickHouse {
+            env: vec![
+                ("CLICKHOUSE_PORT".into(), "18124".into()),
+                ("DRIFTLINE_INFRA_DIR".into(), dir.display().to_string()),
+            ],
+        };
+        own.script("up");
+        own
+    }
+
+    fn script(&self, action: &str) {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/clickhouse.sh");
+        let status = std::process::Command::new(script)
+            .arg(action)
+            .envs(self.env.clone())
+            .status()
+            .expect("clickhouse.sh");
+        assert!(status.success(), "clickhouse.sh {action} failed");
+    }
+}
+
+impl Drop for OwnClickHouse {
+    fn drop(&mut self) {
+        self.script("down");
+    }
+}
+
+#[test]
+fn clickhouse_unavailable_for_a_while_loses_nothing_and_the_detector_catches_up() {
+    let own = OwnClickHouse::start();
+    let dir = temp_dir("split-ch-outage");
+    let name = "ch-outage";
+    let mut env = environment(name);
+    env.retain(|(k, _)| k != "DRIFTLINE__CLICKHOUSE__URL");
+    env.push(("DRIFTLINE__CLICKHOUSE__URL".into(), "http://127.0.0.1:18124".into()));
+    let (code, _, stderr) = driftline(&["migrate"], &env);
+    assert_eq!(code, 0, "{stderr}");
+    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let stage = |stage: &str| {
+        let dir = dir.join(stage);
+        std::fs::create_dir_all(&dir).expect("stage dir");
+        Server::start_stage(stage, &dir, None, &envs)
+    };
+    let split = Split { ingest: stage("ingest"), detect: stage("detect"), api: stage("api") };
+    let client = split.client();
+    support::stream_part(&client, 0);
+    support::wait_for_calls(&client, 30);
+
+    own.script("down");
+    // Ingest still acknowledges (Kafka holds the records); the detector is not ready and the API says why.
+    support::stream_part(&client, 1);
+    support::stream_part(&client, 2);
+    let detect = split.detect.client(None);
+    let (status, body) = detect.get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    let (status, body) = client.get("/api/tools");
+    assert_eq!(status, 503, "{body}");
+
+    own.script("up");
+    support::wait_for_calls(&client, 90);
+    client.wait_for("/api/tools/srv/lookup/shape", "the shape drift after the outage", |shape| {
+        shape["signal_groups"].as_array().is_some_and(|g| !g.is_empty())
+    });
+    assert_eq!(detect.get("/readyz").0, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !split.endpoints().metrics().contains("driftline_worker_consumer_lag 0") {
+        assert!(std::time::Instant::now() < deadline, "consumer lag did not return to 0 within 20 s");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }

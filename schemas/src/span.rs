@@ -124,34 +124,6 @@ impl ToolCallRecord {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn span(return_value: &str) -> ToolCallSpan {
-        let text = format!(
-            r#"{{"span_id":"s1","server":"srv","tool":"t","started_at":"2026-03-26T08:15:42Z",
-                "duration_ms":12.5,"status":"success"{return_value}}}"#
-        );
-        serde_json::from_str(&text).expect("valid span")
-    }
-
-    #[test]
-    fn missing_return_value_is_absent_but_null_is_kept() {
-        assert!(span("").return_value.is_none());
-        assert_eq!(span(r#","return_value":null"#).return_value.expect("present").get(), "null");
-        assert_eq!(span(r#","return_value":{"a": 1}"#).return_value.expect("present").get(), r#"{"a": 1}"#);
-    }
-
-    #[test]
-    fn bad_status_is_rejected_with_the_field_named() {
-        let text = r#"{"span_id":"s","server":"a","tool":"t","started_at":"2026-03-26T08:15:42Z",
-            "duration_ms":1,"status":"ok"}"#;
-        let err = serde_json::from_str::<ToolCallSpan>(text).expect_err("bad status");
-        assert!(err.to_string().contains("unknown variant `ok`"), "{err}");
-    }
-}
-
 /// Whether `name` can name a server: 1-256 characters from A-Z a-z 0-9 . _ : @ -.
 pub fn check_server_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
@@ -178,5 +150,33 @@ impl ToolCallSpan {
             return Err("duration_ms must be a number >= 0".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(return_value: &str) -> ToolCallSpan {
+        let text = format!(
+            r#"{{"span_id":"s1","server":"srv","tool":"t","started_at":"2026-03-26T08:15:42Z",
+                "duration_ms":12.5,"status":"success"{return_value}}}"#
+        );
+        serde_json::from_str(&text).expect("valid span")
+    }
+
+    #[test]
+    fn missing_return_value_is_absent_but_null_is_kept() {
+        assert!(span("").return_value.is_none());
+        assert_eq!(span(r#","return_value":null"#).return_value.expect("present").get(), "null");
+        assert_eq!(span(r#","return_value":{"a": 1}"#).return_value.expect("present").get(), r#"{"a": 1}"#);
+    }
+
+    #[test]
+    fn bad_status_is_rejected_with_the_field_named() {
+        let text = r#"{"span_id":"s","server":"a","tool":"t","started_at":"2026-03-26T08:15:42Z",
+            "duration_ms":1,"status":"ok"}"#;
+        let err = serde_json::from_str::<ToolCallSpan>(text).expect_err("bad status");
+        assert!(err.to_string().contains("unknown variant `ok`"), "{err}");
     }
 }

@@ -337,7 +337,8 @@ pub fn kafka_env(brokers: &str, prefix: &str) -> Vec<(String, String)> {
 /// Runs `driftline demo` against `server` and checks every number of the scenario, through the CLI and the
 /// API. The same checks run in every deployment mode (embedded; Kafka; split stages on Kafka and ClickHouse).
 pub fn check_demo_scenario(deployment: &Endpoints) {
-    let (code, stdout, stderr) = run_cli(&["demo", "--url", &deployment.api, "--ingest-url", &deployment.ingest]);
+    let (code, stdout, stderr) =
+        run_cli(&["demo", "--url", &deployment.api, "--ingest-url", &deployment.ingest]);
     assert_eq!(code, 0, "demo failed: {stderr}\n{stdout}");
     for expected in [
         "search-mcp   DEGRADED",

@@ -19,8 +19,8 @@ use driftline_detectors::tool_drift::{
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
-    check_server_name, derive_id, DeadLetter, DetectorThresholds, OperatorCommand, OutputKind, ProbeFailure, ServerStatus, Timestamp,
-    ToolCallRecord, ToolCallSpan, ToolListSnapshot,
+    check_server_name, derive_id, DeadLetter, DetectorThresholds, OperatorCommand, OutputKind, ProbeFailure,
+    ServerStatus, Timestamp, ToolCallRecord, ToolCallSpan, ToolListSnapshot,
 };
 use driftline_store::{Batch, EventUpdate, ServerRow, Store, StoreError, ToolShapeRow};
 use serde_json::json;
@@ -55,6 +55,8 @@ pub struct Worker<C> {
     /// Where unusable records go, with the reason (the `dead-letters` topic); without it they are only
     /// logged and counted (the embedded bus, whose only producer is ingest, which validated them).
     dead_letter_sink: Option<Arc<dyn Producer>>,
+    /// Memory holds a batch the store did not take: reload from the store before reading on.
+    stale: bool,
 }
 
 /// What one poll did.
@@ -80,6 +82,7 @@ impl<C: Consumer> Worker<C> {
             thresholds: HashMap::new(),
             dead_letters: 0,
             dead_letter_sink: None,
+            stale: false,
         };
         worker.reload().await?;
         Ok(worker)
@@ -115,12 +118,16 @@ impl<C: Consumer> Worker<C> {
         self.thresholds = resume.settings.into_iter().collect();
         self.positions = resume.positions;
         self.consumer.rewind(&self.positions).await?;
+        self.stale = false;
         tracing::info!(positions = ?self.positions, servers = self.servers.len(), tools = self.tools.len(), "detector state restored");
         Ok(())
     }
 
     /// Reads up to `max` records (waiting up to `wait` for the first), processes them, stores the batch.
     pub async fn poll_once(&mut self, max: usize, wait: Duration) -> Result<Progress, WorkerError> {
+        if self.stale {
+            self.reload().await?;
+        }
         let records = self.consumer.poll(&self.positions, max, wait).await?;
         if records.is_empty() {
             return Ok(Progress { records: 0 });
@@ -128,6 +135,8 @@ impl<C: Consumer> Worker<C> {
         let mut batch = Batch::default();
         let mut dirty = Dirty::default();
         let mut dead = Vec::new();
+        // Memory runs ahead of the store until this batch is stored.
+        self.stale = true;
         for record in &records {
             metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
             if let Err(reason) = self.process(record, &mut batch, &mut dirty) {
@@ -144,15 +153,17 @@ impl<C: Consumer> Worker<C> {
             (Some(sink), false) => sink.publish(dead).await,
             _ => Ok(()),
         };
+        // When the batch is not stored, memory holds state it changed: go back to what the store holds
+        // (now, or before the next poll if the store cannot answer now either).
         if let Err(err) = published {
-            self.reload().await?;
+            let _ = self.reload().await;
             return Err(err.into());
         }
         if let Err(err) = self.store.apply(batch).await {
-            // The batch changed detector state in memory but was not stored: go back to what was.
-            self.reload().await?;
+            let _ = self.reload().await;
             return Err(err.into());
         }
+        self.stale = false;
         let seconds = started.elapsed().as_secs_f64();
         metrics::FLUSH_SECONDS.observe(seconds);
         metrics::BATCH_SIZE.observe(records.len() as f64);
