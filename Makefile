@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: run run-distributed demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: run run-distributed bench-distributed demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -84,6 +84,11 @@ bench:
 	$(CARGO) bench --locked -p driftline-detectors --bench detectors
 	@python3 scripts/bench-summary.py
 	$(CARGO) bench --locked --bench ingest_load
+
+## bench-distributed: the same load on split ingest / detect / api over Kafka and ClickHouse, next to a raw
+## rdkafka producer; recovery after kill -9 of the detector.
+bench-distributed: infra-up
+	DRIFTLINE_BENCH_MODE=split $(CARGO) bench --locked --bench ingest_load
 
 clean:
 	$(CARGO) clean

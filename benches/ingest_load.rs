@@ -1,10 +1,15 @@
-//! `make bench` (service part): starts `driftline serve` on a scratch directory and measures
-//! 1. sustained ingest: client threads posting batches of spans for a fixed time (spans/s acknowledged), and
-//! 2. span → queryable latency under background load: a span for a new tool is posted, then its shape
-//!    endpoint is polled until the detector has stored it (p50 / p99 over the samples).
+//! `make bench` (service part) measures, on `driftline serve` (embedded) or, with
+//! `DRIFTLINE_BENCH_MODE=split` (`make bench-distributed`, after `make infra-up`), on separate
+//! `driftline ingest | detect | api` processes over Kafka and ClickHouse:
+//! 1. sustained ingest: client threads posting batches of spans for a fixed time (spans/s acknowledged);
+//!    in split mode next to a plain rdkafka producer sending the same spans with the same settings;
+//! 2. detector throughput: spans/s from the end of the load until every call is queryable;
+//! 3. span → queryable latency under background load: a span for a new tool is posted, then its shape
+//!    endpoint is polled until the detector has stored it (p50 / p99 over the samples);
+//! 4. in split mode, recovery after kill -9 of the detector with a backlog: restart to caught up.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,15 +25,18 @@ fn new_agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).build().into()
 }
 
-fn batch(prefix: &str, tool: &str, n: usize) -> String {
-    let spans: Vec<Value> = (0..n)
+fn spans(prefix: &str, tool: &str, n: usize) -> Vec<Value> {
+    (0..n)
         .map(|i| {
             json!({"span_id": format!("{prefix}-{i}"), "session_id": format!("s{}", i % 7), "agent_name": "load",
                 "server": "load-mcp", "tool": tool, "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 12.5,
                 "status": "success", "return_value": {"id": i, "title": "a result", "tags": ["x", "y"], "score": 0.5}})
         })
-        .collect();
-    Value::Array(spans).to_string()
+        .collect()
+}
+
+fn batch(prefix: &str, tool: &str, n: usize) -> String {
+    Value::Array(spans(prefix, tool, n)).to_string()
 }
 
 fn post(agent: &ureq::Agent, url: &str, body: &str) -> u16 {
@@ -40,27 +48,30 @@ fn post(agent: &ureq::Agent, url: &str, body: &str) -> u16 {
         .unwrap_or(0)
 }
 
-fn main() {
-    let dir = std::env::temp_dir().join(format!("driftline-load-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut server = Command::new(env!("CARGO_BIN_EXE_driftline"))
-        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(&dir)
+/// Starts `driftline <stage>` and returns it with its address.
+fn start(stage: &str, dir: &std::path::Path, env: &[(String, String)]) -> (Child, String) {
+    std::fs::create_dir_all(dir).expect("scratch dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args([stage, "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
         .env("DRIFTLINE__LOG__LEVEL", "warn")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::piped())
         .spawn()
-        .expect("start driftline serve");
+        .unwrap_or_else(|err| panic!("start driftline {stage}: {err}"));
     let mut line = String::new();
-    BufReader::new(server.stdout.take().expect("stdout")).read_line(&mut line).expect("address line");
-    let url = line.trim().trim_start_matches("driftline listening on ").to_owned();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("address line");
+    (child, line.trim().trim_start_matches("driftline listening on ").to_owned())
+}
 
-    // 1. Sustained ingest.
+/// Spans acknowledged per second by `CLIENTS` threads for `LOAD_SECONDS`; returns the total.
+fn sustained_ingest(url: &str) -> u64 {
     let stop = Arc::new(AtomicBool::new(false));
     let accepted = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let threads: Vec<_> = (0..CLIENTS)
         .map(|client| {
-            let (stop, accepted, url) = (stop.clone(), accepted.clone(), url.clone());
+            let (stop, accepted, url) = (stop.clone(), accepted.clone(), url.to_owned());
             std::thread::spawn(move || {
                 let agent = new_agent();
                 let mut round = 0;
@@ -82,33 +93,44 @@ fn main() {
     let elapsed = started.elapsed().as_secs_f64();
     let total = accepted.load(Ordering::Relaxed);
     println!("ingest: {total} spans acknowledged in {elapsed:.1} s = {:.0} spans/s ({CLIENTS} clients, {BATCH} spans per request)", total as f64 / elapsed);
+    total
+}
 
-    // Let the detector catch up before measuring latency.
+fn calls(agent: &ureq::Agent, api: &str) -> u64 {
+    let tools: Value = agent
+        .get(format!("{api}/api/tools"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_json().ok())
+        .unwrap_or(Value::Null);
+    tools.as_array().map(|t| t.iter().filter_map(|x| x["calls"].as_u64()).sum()).unwrap_or(0)
+}
+
+/// Waits until `total` calls are queryable; returns the seconds it took.
+fn catch_up(api: &str, total: u64, what: &str) -> f64 {
     let agent = new_agent();
-    let caught_up = Instant::now();
+    let started = Instant::now();
+    let before = calls(&agent, api);
     loop {
-        let tools: Value = agent
-            .get(format!("{url}/api/tools"))
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_json().ok())
-            .unwrap_or(Value::Null);
-        let calls: u64 =
-            tools.as_array().map(|t| t.iter().filter_map(|x| x["calls"].as_u64()).sum()).unwrap_or(0);
-        if calls >= total || caught_up.elapsed() > Duration::from_secs(120) {
+        let now = calls(&agent, api);
+        if now >= total || started.elapsed() > Duration::from_secs(300) {
+            let seconds = started.elapsed().as_secs_f64();
             println!(
-                "detector caught up with {calls} calls {:.1} s after the load stopped",
-                caught_up.elapsed().as_secs_f64()
+                "{what}: {now} calls queryable {seconds:.1} s later ({:.0} spans/s over the backlog of {})",
+                (now - before) as f64 / seconds.max(0.001),
+                total.saturating_sub(before)
             );
-            break;
+            return seconds;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
 
-    // 2. Span -> queryable latency, with one background client keeping the pipeline busy.
+/// Span → queryable latency with one background client keeping the pipeline busy.
+fn latency(ingest: &str, api: &str) {
     let stop = Arc::new(AtomicBool::new(false));
     let background = {
-        let (stop, url) = (stop.clone(), url.clone());
+        let (stop, url) = (stop.clone(), ingest.to_owned());
         std::thread::spawn(move || {
             let agent = new_agent();
             let mut round = 0;
@@ -119,14 +141,15 @@ fn main() {
             }
         })
     };
+    let agent = new_agent();
     let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
     for sample in 0..LATENCY_SAMPLES {
         let tool = format!("probe_{sample}");
         let sent = Instant::now();
-        assert_eq!(post(&agent, &url, &batch(&tool, &tool, 1)), 202);
+        assert_eq!(post(&agent, ingest, &batch(&tool, &tool, 1)), 202);
         loop {
             let status = agent
-                .get(format!("{url}/api/tools/load-mcp/{tool}/shape"))
+                .get(format!("{api}/api/tools/load-mcp/{tool}/shape"))
                 .call()
                 .map(|r| r.status().as_u16())
                 .unwrap_or(0);
@@ -143,8 +166,126 @@ fn main() {
     let at =
         |q: f64| samples[((samples.len() as f64 * q).ceil() as usize).saturating_sub(1)].as_secs_f64() * 1e3;
     println!("span -> queryable: p50 {:.1} ms, p99 {:.1} ms over {LATENCY_SAMPLES} spans (background load ~{} spans/s)", at(0.5), at(0.99), BATCH * 1000 / 20);
+}
 
-    let _ = server.kill();
-    let _ = server.wait();
+/// A plain rdkafka producer (acks=all, idempotent, lz4, linger 5 ms, as ingest's) sending the same spans
+/// from `CLIENTS` threads for `LOAD_SECONDS`: the ceiling ingest is compared with.
+fn raw_producer(brokers: &str, topic: &str) -> f64 {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("compression.type", "lz4")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let (producer, acknowledged, topic) =
+                    (producer.clone(), acknowledged.clone(), topic.to_owned());
+                tokio::spawn(async move {
+                    let mut round = 0;
+                    while started.elapsed() < Duration::from_secs(LOAD_SECONDS) {
+                        let tool = format!("tool_{client}");
+                        let key = format!("default/load-mcp/{tool}");
+                        let payloads: Vec<String> = spans(&format!("raw{client}-{round}"), &tool, BATCH)
+                            .iter()
+                            .map(|span| span.to_string())
+                            .collect();
+                        let sends = payloads.iter().map(|payload| {
+                            producer.send(
+                                FutureRecord::to(&topic).key(&key).payload(payload),
+                                Duration::from_secs(10),
+                            )
+                        });
+                        let ok =
+                            futures_util::future::join_all(sends).await.iter().filter(|r| r.is_ok()).count();
+                        acknowledged.fetch_add(ok as u64, Ordering::Relaxed);
+                        round += 1;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+    });
+    let rate = acknowledged.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    println!(
+        "raw rdkafka producer, same spans and settings, {CLIENTS} senders of {BATCH}: {rate:.0} spans/s"
+    );
+    rate
+}
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("driftline-load-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let split = std::env::var("DRIFTLINE_BENCH_MODE").is_ok_and(|m| m == "split");
+    if !split {
+        let (mut server, url) = start("serve", &dir, &[]);
+        let total = sustained_ingest(&url);
+        catch_up(&url, total, "detector");
+        latency(&url, &url);
+        let _ = server.kill();
+        let _ = server.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let brokers = std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".into());
+    let run = format!("bench{}", std::process::id());
+    let env = vec![
+        ("DRIFTLINE__STORAGE__BUS".to_owned(), "kafka".to_owned()),
+        ("DRIFTLINE__STORAGE__STORE".to_owned(), "clickhouse".to_owned()),
+        ("DRIFTLINE__KAFKA__BROKERS".to_owned(), brokers.clone()),
+        ("DRIFTLINE__KAFKA__TOPIC_PREFIX".to_owned(), format!("{run}.")),
+        (
+            "DRIFTLINE__CLICKHOUSE__URL".to_owned(),
+            std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:18123".into()),
+        ),
+        ("DRIFTLINE__CLICKHOUSE__DATABASE".to_owned(), run.clone()),
+    ];
+    let status = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .arg("migrate")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .status()
+        .expect("driftline migrate");
+    assert!(status.success(), "driftline migrate failed: is `make infra-up` running?");
+    let (mut ingest, ingest_url) = start("ingest", &dir.join("ingest"), &env);
+    let (mut api, api_url) = start("api", &dir.join("api"), &env);
+    // The raw producer writes to a topic of its own, so the detector's input is only what ingest sent.
+    let status = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args(["topics", "create"])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("DRIFTLINE__KAFKA__TOPIC_PREFIX", format!("{run}-raw."))
+        .stdout(Stdio::null())
+        .status()
+        .expect("topics create");
+    assert!(status.success());
+    let raw = raw_producer(&brokers, &format!("{run}-raw.spans"));
+    // Ingest first with no detector running, so the detector's rate is measured on a backlog.
+    let total = sustained_ingest(&ingest_url);
+    println!("ingest / raw producer: {:.2}", total as f64 / LOAD_SECONDS as f64 / raw);
+    let (mut detect, _) = start("detect", &dir.join("detect"), &env);
+    let half = total / 2;
+    catch_up(&api_url, half, "one detector, first half of the backlog");
+    let _ = detect.kill();
+    let _ = detect.wait();
+    let restarted = Instant::now();
+    let (mut detect, _) = start("detect", &dir.join("detect"), &env);
+    println!(
+        "detector restarted after kill -9 in {:.2} s (process start to listening)",
+        restarted.elapsed().as_secs_f64()
+    );
+    catch_up(&api_url, total, "after the kill, rest of the backlog");
+    latency(&ingest_url, &api_url);
+    for child in [&mut ingest, &mut detect, &mut api] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -68,6 +68,11 @@ pub struct KafkaConfig {
     /// Partitions of each topic that `driftline topics create` (and `serve`) create.
     pub partitions: u32,
     pub replication: u32,
+    /// A detector that stops heartbeating loses its partitions to the others after this long.
+    pub session_timeout_ms: u32,
+    /// Static group membership: a name unique per detector instance and stable across its restarts (a
+    /// StatefulSet pod name), so a restarted detector takes its partitions back at once.
+    pub instance_id: Option<String>,
 }
 
 impl Default for KafkaConfig {
@@ -77,6 +82,8 @@ impl Default for KafkaConfig {
             topic_prefix: "driftline.".into(),
             partitions: 4,
             replication: 1,
+            session_timeout_ms: 10_000,
+            instance_id: None,
         }
     }
 }
@@ -88,6 +95,8 @@ impl KafkaConfig {
             topic_prefix: self.topic_prefix.clone(),
             partitions: self.partitions,
             replication: self.replication,
+            session_timeout_ms: self.session_timeout_ms,
+            instance_id: self.instance_id.clone(),
         }
     }
 }
@@ -287,6 +296,9 @@ impl Config {
         self.detector.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
         if self.kafka.partitions == 0 || self.kafka.partitions > 65_536 || self.kafka.replication == 0 {
             bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");
+        }
+        if !(6_000..=300_000).contains(&self.kafka.session_timeout_ms) {
+            bail!("kafka.session_timeout_ms must be in [6000, 300000] (the broker's default group limits)");
         }
         if !self.clickhouse.url.starts_with("http://") {
             bail!(

@@ -116,7 +116,13 @@ async fn drift_impact(
 async fn run_command(state: &ApiState, command: OperatorCommand) -> Answer {
     let id = command.id().to_owned();
     let payload = serde_json::to_vec(&command).map_err(|err| ApiError::bad_request(err.to_string()))?;
-    state.producer.publish(vec![Message { topic: Topic::Commands, key: command.key(), payload }]).await?;
+    // An acceptance rides the server's tool-list partition, in order with its lists and read by the
+    // detector that owns the server; threshold changes concern every detector of the project.
+    let topic = match command {
+        OperatorCommand::AcceptBaseline { .. } => Topic::ToolLists,
+        OperatorCommand::SetThresholds { .. } => Topic::Commands,
+    };
+    state.producer.publish(vec![Message { topic, key: command.key(), payload }]).await?;
     let started = Instant::now();
     while started.elapsed() < state.command_wait {
         if let Some(result) = state.store.command_result(&id).await? {

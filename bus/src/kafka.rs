@@ -1,24 +1,28 @@
 //! The Kafka bus (DESIGN.md §8): an idempotent producer (acks=all) that returns only after every record's
-//! delivery report, and a consumer that reads every partition of the three topics from the positions the
-//! worker stored with its outputs (manual assignment, no offset commits: the store holds the positions).
+//! delivery report, and a consumer-group member (cooperative-sticky) for the detectors. The worker's stored
+//! positions are the truth: a new owner of a partition loads them with the state, and records at or before
+//! them are skipped; offsets committed to the group after each stored batch only shorten the re-read.
 //!
 //! Partitions of the three topics are numbered into one space, `InputPosition::partition` = topic index
 //! × 65536 + Kafka partition, so one position map covers them all.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use driftline_schemas::{InputPosition, Timestamp};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance as KafkaRebalance,
+};
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::message::Message as _;
+use rdkafka::message::{BorrowedMessage, Message as _};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
+use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Rebalance, Topic};
 
 /// The detectors' input topics.
 const TOPICS: [Topic; 3] = [Topic::ToolLists, Topic::Spans, Topic::Commands];
@@ -38,6 +42,10 @@ pub struct KafkaSettings {
     /// Partitions of each topic when `ensure_topics` creates it.
     pub partitions: u32,
     pub replication: u32,
+    /// A detector that stops heartbeating loses its partitions after this long.
+    pub session_timeout_ms: u32,
+    /// Static group membership (`group.instance.id`): unique per detector instance, stable across restarts.
+    pub instance_id: Option<String>,
 }
 
 impl KafkaSettings {
@@ -134,21 +142,33 @@ impl KafkaBus {
             .collect()
     }
 
-    /// A consumer of every partition of the three topics.
-    pub fn consumer(&self) -> Result<KafkaConsumer, BusError> {
-        let consumer: BaseConsumer = ClientConfig::new()
+    /// A member of the detectors' consumer group (`<prefix>detectors`) over the three input topics.
+    pub fn consumer(&self) -> Result<KafkaGroupConsumer, BusError> {
+        let events = Arc::new(Mutex::new(GroupEvents::default()));
+        let context = GroupContext { settings: self.settings.clone(), events: events.clone() };
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", &self.settings.brokers)
             .set("group.id", format!("{}detectors", self.settings.topic_prefix))
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false")
-            .create()
-            .map_err(unavailable)?;
-        Ok(KafkaConsumer {
+            .set("enable.partition.eof", "false");
+        if let Some(id) = &self.settings.instance_id {
+            // Static membership: a restarted instance takes its partitions back without a rebalance.
+            config.set("group.instance.id", id);
+        }
+        let consumer: BaseConsumer<GroupContext> =
+            config.create_with_context(context).map_err(unavailable)?;
+        Ok(KafkaGroupConsumer {
             consumer: Arc::new(consumer),
             settings: self.settings.clone(),
-            assigned: false,
+            events,
+            subscribed: false,
+            acknowledged: BTreeSet::new(),
+            held: VecDeque::new(),
             lag: Arc::default(),
         })
     }
@@ -177,13 +197,70 @@ impl Producer for KafkaBus {
     }
 }
 
-/// librdkafka's consumer is polled on a blocking thread: its async stream can miss a wake-up when a poll
-/// times out, which delays records until the next one arrives.
-pub struct KafkaConsumer {
-    consumer: Arc<BaseConsumer>,
+/// Partition ownership as the group's rebalance callbacks report it.
+#[derive(Default)]
+struct GroupEvents {
+    /// Streams assigned to this member now.
+    assigned: BTreeSet<u32>,
+    /// Changes the worker has not taken yet.
+    pending: Rebalance,
+    rebalances: u64,
+}
+
+struct GroupContext {
     settings: KafkaSettings,
-    assigned: bool,
-    lag: Arc<std::sync::Mutex<LagCache>>,
+    events: Arc<Mutex<GroupEvents>>,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &KafkaRebalance<'_>) {
+        let Ok(mut events) = self.events.lock() else { return };
+        let streams = |list: &TopicPartitionList| -> Vec<u32> {
+            list.elements()
+                .iter()
+                .filter_map(|e| topic_of(&self.settings, e.topic()).map(|t| stream(t, e.partition())))
+                .collect()
+        };
+        match rebalance {
+            KafkaRebalance::Assign(list) => {
+                let assigned = streams(list);
+                events.rebalances += 1;
+                tracing::info!(partitions = ?assigned, "kafka partitions assigned");
+                for s in assigned {
+                    events.assigned.insert(s);
+                    events.pending.revoked.retain(|r| *r != s);
+                    events.pending.assigned.push(s);
+                }
+            }
+            KafkaRebalance::Revoke(list) => {
+                let revoked = streams(list);
+                events.rebalances += 1;
+                tracing::info!(partitions = ?revoked, "kafka partitions revoked");
+                for s in revoked {
+                    events.assigned.remove(&s);
+                    events.pending.assigned.retain(|a| *a != s);
+                    events.pending.revoked.push(s);
+                }
+            }
+            KafkaRebalance::Error(err) => tracing::warn!(error = %err, "kafka rebalance failed"),
+        }
+    }
+}
+
+/// A detector's membership in the consumer group. librdkafka's consumer is polled on a blocking thread: its
+/// async stream can miss a wake-up when a poll times out, which delays records until the next one arrives.
+pub struct KafkaGroupConsumer {
+    consumer: Arc<BaseConsumer<GroupContext>>,
+    settings: KafkaSettings,
+    events: Arc<Mutex<GroupEvents>>,
+    subscribed: bool,
+    /// Streams whose assignment the worker has taken (it holds their state).
+    acknowledged: BTreeSet<u32>,
+    /// Records of streams assigned but not yet taken by the worker, in arrival order.
+    held: VecDeque<Delivered>,
+    lag: Arc<Mutex<LagCache>>,
 }
 
 /// Each partition's high watermark at the last refresh.
@@ -200,10 +277,12 @@ fn topic_of(settings: &KafkaSettings, name: &str) -> Option<Topic> {
     TOPICS.into_iter().find(|t| settings.topic_name(*t) == name)
 }
 
-fn delivered(
-    settings: &KafkaSettings,
-    message: &rdkafka::message::BorrowedMessage<'_>,
-) -> Result<Delivered, BusError> {
+fn kafka_partition(settings: &KafkaSettings, stream: u32) -> Option<(String, i32)> {
+    let topic = TOPICS.get((stream >> 16) as usize)?;
+    Some((settings.topic_name(*topic), (stream & 0xffff) as i32))
+}
+
+fn delivered(settings: &KafkaSettings, message: &BorrowedMessage<'_>) -> Result<Delivered, BusError> {
     let offset = message.offset().max(0) as u64;
     let topic = topic_of(settings, message.topic()).ok_or_else(|| BusError::Corrupt {
         offset,
@@ -223,21 +302,18 @@ fn delivered(
     })
 }
 
-impl KafkaConsumer {
-    /// Assigns every partition of the three topics, each from the stored position after it. Metadata
-    /// requests block, so they run off the async threads.
-    async fn assign(&mut self, positions: &Positions) -> Result<(), BusError> {
-        let (consumer, settings, positions) =
-            (self.consumer.clone(), self.settings.clone(), positions.clone());
+impl KafkaGroupConsumer {
+    /// Subscribes once every input topic exists (a topic created a moment ago may take a little while to
+    /// show in the metadata). Metadata requests block, so they run off the async threads.
+    async fn subscribe(&mut self) -> Result<(), BusError> {
+        let (consumer, settings) = (self.consumer.clone(), self.settings.clone());
         tokio::task::spawn_blocking(move || {
-            let mut list = TopicPartitionList::new();
-            for topic in TOPICS {
-                let name = settings.topic_name(topic);
-                // A topic created a moment ago may take a little while to show in the metadata.
+            let names: Vec<String> = TOPICS.iter().map(|t| settings.topic_name(*t)).collect();
+            for name in &names {
                 let mut partitions = 0;
                 for attempt in 0..40 {
                     let metadata =
-                        consumer.fetch_metadata(Some(&name), Duration::from_secs(5)).map_err(unavailable)?;
+                        consumer.fetch_metadata(Some(name), Duration::from_secs(5)).map_err(unavailable)?;
                     partitions = metadata.topics().first().map_or(0, |t| t.partitions().len());
                     if partitions > 0 || attempt == 39 {
                         break;
@@ -249,57 +325,83 @@ impl KafkaConsumer {
                         "topic {name} does not exist: run `driftline topics create`"
                     )));
                 }
-                for partition in 0..partitions as i32 {
-                    let offset = match positions.get(&stream(topic, partition)) {
-                        Some(&last) => Offset::Offset(last as i64 + 1),
-                        None => Offset::Beginning,
-                    };
-                    list.add_partition_offset(&name, partition, offset).map_err(unavailable)?;
-                }
             }
-            consumer.assign(&list).map_err(unavailable)
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            consumer.subscribe(&names).map_err(unavailable)
         })
         .await
         .map_err(unavailable)??;
-        self.assigned = true;
+        self.subscribed = true;
         Ok(())
+    }
+
+    fn assigned(&self) -> BTreeSet<u32> {
+        self.events.lock().map(|e| e.assigned.clone()).unwrap_or_default()
+    }
+
+    /// Rebalances this member went through.
+    pub fn rebalances(&self) -> u64 {
+        self.events.lock().map(|e| e.rebalances).unwrap_or_default()
     }
 }
 
 #[async_trait]
-impl Consumer for KafkaConsumer {
+impl Consumer for KafkaGroupConsumer {
     async fn poll(
         &mut self,
-        positions: &Positions,
+        _positions: &Positions,
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Delivered>, BusError> {
-        if !self.assigned {
-            self.assign(positions).await?;
+        if !self.subscribed {
+            self.subscribe().await?;
         }
-        let consumer = self.consumer.clone();
-        let settings = self.settings.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut records = Vec::new();
-            let mut limit = wait;
-            while records.len() < max {
-                match consumer.poll(limit) {
-                    Some(Ok(message)) => records.push(delivered(&settings, &message)?),
-                    // Consumer errors report the connection (a broker down, a transport failure): librdkafka
-                    // reconnects by itself, so they mean "nothing to read now", not a failed batch.
-                    Some(Err(err)) => {
-                        tracing::warn!(error = %err, "kafka consumer reports an error; retrying");
-                        break;
+        let fetched = if self.held.iter().any(|r| self.acknowledged.contains(&r.position.partition)) {
+            Vec::new()
+        } else {
+            let (consumer, settings) = (self.consumer.clone(), self.settings.clone());
+            tokio::task::spawn_blocking(move || {
+                let mut records = Vec::new();
+                let mut limit = wait;
+                while records.len() < max {
+                    match consumer.poll(limit) {
+                        Some(Ok(message)) => records.push(delivered(&settings, &message)?),
+                        // Consumer errors report the connection (a broker down, a transport failure):
+                        // librdkafka reconnects by itself, so they mean "nothing to read now".
+                        Some(Err(err)) => {
+                            tracing::warn!(error = %err, "kafka consumer reports an error; retrying");
+                            break;
+                        }
+                        None => break,
                     }
-                    None => break,
+                    // After the first record, take only what is already fetched.
+                    limit = Duration::ZERO;
                 }
-                // After the first record, take only what is already fetched.
-                limit = Duration::ZERO;
+                Ok::<_, BusError>(records)
+            })
+            .await
+            .map_err(unavailable)??
+        };
+        // Hand out only records of streams the worker holds the state of, in order per stream; hold those
+        // of streams it has not taken yet; drop those of streams revoked meanwhile (their new owner reads
+        // them from the group's committed offset).
+        let assigned = self.assigned();
+        let mut ready = Vec::new();
+        let mut waiting = VecDeque::new();
+        for record in self.held.drain(..).chain(fetched) {
+            let stream = record.position.partition;
+            if !assigned.contains(&stream) {
+                continue;
             }
-            Ok(records)
-        })
-        .await
-        .map_err(unavailable)?
+            let behind = waiting.iter().any(|r: &Delivered| r.position.partition == stream);
+            if self.acknowledged.contains(&stream) && !behind {
+                ready.push(record);
+            } else {
+                waiting.push_back(record);
+            }
+        }
+        self.held = waiting;
+        Ok(ready)
     }
 
     async fn lag(&self, positions: &Positions) -> Result<u64, BusError> {
@@ -334,6 +436,7 @@ impl Consumer for KafkaConsumer {
         Ok(slot
             .marks
             .iter()
+            .filter(|(stream, _)| self.acknowledged.contains(stream))
             .map(|(stream, high)| {
                 let next = positions.get(stream).map_or(0, |&last| last as i64 + 1);
                 (high - next).max(0) as u64
@@ -342,7 +445,56 @@ impl Consumer for KafkaConsumer {
     }
 
     async fn rewind(&mut self, positions: &Positions) -> Result<(), BusError> {
-        self.assigned = false;
-        self.assign(positions).await
+        if !self.subscribed {
+            return Ok(());
+        }
+        let (consumer, settings) = (self.consumer.clone(), self.settings.clone());
+        let streams: Vec<u32> = self.acknowledged.iter().copied().collect();
+        let positions = positions.clone();
+        tokio::task::spawn_blocking(move || {
+            for stream in streams {
+                let Some((topic, partition)) = kafka_partition(&settings, stream) else { continue };
+                let offset = match positions.get(&stream) {
+                    Some(&last) => Offset::Offset(last as i64 + 1),
+                    None => Offset::Beginning,
+                };
+                consumer.seek(&topic, partition, offset, Duration::from_secs(5)).map_err(unavailable)?;
+            }
+            Ok::<_, BusError>(())
+        })
+        .await
+        .map_err(unavailable)??;
+        // Held records are of streams not yet taken, so not yet read: they stay.
+        Ok(())
+    }
+
+    fn owned(&self) -> Option<Vec<u32>> {
+        Some(self.acknowledged.iter().copied().collect())
+    }
+
+    fn take_rebalance(&mut self) -> Option<Rebalance> {
+        let mut events = self.events.lock().ok()?;
+        if events.pending == Rebalance::default() {
+            return None;
+        }
+        let change = std::mem::take(&mut events.pending);
+        self.acknowledged = events.assigned.clone();
+        Some(change)
+    }
+
+    async fn commit(&mut self, positions: &Positions) -> Result<(), BusError> {
+        let mut list = TopicPartitionList::new();
+        for (stream, last) in positions.iter().filter(|(s, _)| self.acknowledged.contains(s)) {
+            let Some((topic, partition)) = kafka_partition(&self.settings, *stream) else { continue };
+            list.add_partition_offset(&topic, partition, Offset::Offset(*last as i64 + 1))
+                .map_err(unavailable)?;
+        }
+        if list.count() > 0 {
+            // Asynchronous: the stored positions are the truth, a lost commit only means a longer re-read.
+            if let Err(err) = self.consumer.commit(&list, CommitMode::Async) {
+                tracing::debug!(error = %err, "offset commit not sent");
+            }
+        }
+        Ok(())
     }
 }

@@ -13,7 +13,7 @@ use driftline_schemas::{InputPosition, Timestamp};
 /// The last processed offset of each input partition (`InputPosition::partition` → offset).
 pub type Positions = BTreeMap<u32, u64>;
 
-pub use kafka::{KafkaBus, KafkaConsumer, KafkaSettings};
+pub use kafka::{KafkaBus, KafkaGroupConsumer, KafkaSettings};
 pub use sqlite::SqliteBus;
 
 /// The topics of DESIGN.md §8 (without the `driftline.` prefix).
@@ -100,4 +100,29 @@ pub trait Consumer: Send {
 
     /// Reads from `positions` again on the next poll (after a batch that was not stored).
     async fn rewind(&mut self, positions: &Positions) -> Result<(), BusError>;
+
+    /// The streams this consumer reads: `None` for every stream (the only reader), or the partitions a
+    /// consumer group assigned to it.
+    fn owned(&self) -> Option<Vec<u32>> {
+        None
+    }
+
+    /// Ownership changes since the last call (consumer groups). Records of newly assigned streams are held
+    /// back until the caller took the change, so it can load their state first.
+    fn take_rebalance(&mut self) -> Option<Rebalance> {
+        None
+    }
+
+    /// Tells the group how far the caller's stored outputs go (after they are durable), so a new owner
+    /// re-reads little. The stored positions stay the truth: records at or before them are skipped.
+    async fn commit(&mut self, _positions: &Positions) -> Result<(), BusError> {
+        Ok(())
+    }
+}
+
+/// Streams a consumer group moved to or away from this consumer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rebalance {
+    pub assigned: Vec<u32>,
+    pub revoked: Vec<u32>,
 }

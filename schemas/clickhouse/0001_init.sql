@@ -133,6 +133,7 @@ CREATE TABLE IF NOT EXISTS detector_state (
     consumer LowCardinality(String),
     kind LowCardinality(String),           -- server | tool | position
     key String,
+    stream UInt32,                         -- the input partition whose records the state includes
     state String
 ) ENGINE = ReplacingMergeTree
 ORDER BY (consumer, kind, key);

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
-use crate::{Batch, ImpactQuery, Resume, Store, StoreError};
+use crate::{Batch, DetectorState, ImpactQuery, Resume, Store, StoreError, Streams};
 
 /// Migrations in order; the version is the position (1-based).
 const MIGRATIONS: &[&str] = &[include_str!("../../schemas/clickhouse/0001_init.sql")];
@@ -254,6 +254,7 @@ struct StateRow {
     consumer: String,
     kind: String,
     key: String,
+    stream: u32,
     state: String,
 }
 
@@ -502,25 +503,38 @@ impl Store for ClickHouseStore {
         let mut state: Vec<StateRow> = batch
             .states
             .into_iter()
-            .map(|(kind, key, state)| StateRow { consumer: CONSUMER.into(), kind, key, state })
+            .map(|row| StateRow {
+                consumer: CONSUMER.into(),
+                kind: row.kind,
+                key: row.key,
+                stream: row.stream,
+                state: row.state,
+            })
             .collect();
         state.extend(batch.positions.iter().map(|(stream, offset)| StateRow {
             consumer: CONSUMER.into(),
             kind: POSITION.into(),
             key: stream.to_string(),
+            stream: *stream,
             state: offset.to_string(),
         }));
         let state = last_per_key(state, |s| (s.kind.clone(), s.key.clone()));
         self.insert("detector_state", &state).await
     }
 
-    async fn resume(&self) -> Result<Resume, StoreError> {
-        let rows: Vec<StateRow> = self
-            .client
-            .query("SELECT ?fields FROM detector_state FINAL WHERE consumer = ?")
-            .bind(CONSUMER)
-            .fetch_all()
-            .await?;
+    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
+        let query = match streams {
+            Streams::All => self
+                .client
+                .query("SELECT ?fields FROM detector_state FINAL WHERE consumer = ?")
+                .bind(CONSUMER),
+            Streams::Only(streams) => self
+                .client
+                .query("SELECT ?fields FROM detector_state FINAL WHERE consumer = ? AND stream IN ?")
+                .bind(CONSUMER)
+                .bind(streams),
+        };
+        let rows: Vec<StateRow> = query.fetch_all().await?;
         let mut resume = Resume::default();
         for row in rows {
             if row.kind == POSITION {
@@ -529,7 +543,12 @@ impl Store for ClickHouseStore {
                 };
                 resume.positions.insert(parse(&row.key)?, parse(&row.state)? as u64);
             } else {
-                resume.states.push((row.kind, row.key, row.state));
+                resume.states.push(DetectorState {
+                    kind: row.kind,
+                    key: row.key,
+                    stream: row.stream,
+                    state: row.state,
+                });
             }
         }
         let settings: Vec<SettingRow> =

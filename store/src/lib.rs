@@ -77,8 +77,8 @@ pub struct EventUpdate {
 pub struct Batch {
     /// The last input offset of each partition these outputs include.
     pub positions: Positions,
-    /// Changed detector state: (`server` | `tool`, key, JSON).
-    pub states: Vec<(String, String, String)>,
+    /// Changed detector state.
+    pub states: Vec<DetectorState>,
     pub events: Vec<SchemaDriftEvent>,
     pub event_updates: Vec<EventUpdate>,
     pub acceptances: Vec<BaselineAcceptance>,
@@ -100,12 +100,41 @@ impl Batch {
     }
 }
 
-/// What a worker needs to resume: its position and every detector state and setting.
+/// One key's detector state, with the input stream (partition) whose records it includes: state moves
+/// with its partition when a consumer group rebalances.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectorState {
+    /// `server` (tool-list detector) or `tool` (shape detector).
+    pub kind: String,
+    pub key: String,
+    pub stream: u32,
+    /// JSON.
+    pub state: String,
+}
+
+/// What a worker needs to resume: its positions and the detector state of the streams it reads, and every
+/// project's settings.
 #[derive(Debug, Default)]
 pub struct Resume {
     pub positions: Positions,
-    pub states: Vec<(String, String, String)>,
+    pub states: Vec<DetectorState>,
     pub settings: Vec<(String, DetectorThresholds)>,
+}
+
+/// Which input streams a worker resumes: all (the only reader), or those a consumer group assigned to it.
+#[derive(Debug, Clone, Copy)]
+pub enum Streams<'a> {
+    All,
+    Only(&'a [u32]),
+}
+
+impl Streams<'_> {
+    pub fn contains(&self, stream: u32) -> bool {
+        match self {
+            Streams::All => true,
+            Streams::Only(streams) => streams.contains(&stream),
+        }
+    }
 }
 
 /// Parameters of the impact query.
@@ -123,7 +152,7 @@ pub struct ImpactQuery<'a> {
 #[async_trait]
 pub trait Store: Send + Sync {
     async fn apply(&self, batch: Batch) -> Result<(), StoreError>;
-    async fn resume(&self) -> Result<Resume, StoreError>;
+    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError>;
 
     async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError>;
     async fn drift_history(

@@ -15,13 +15,14 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
-use crate::{Batch, ImpactQuery, Resume, Store, StoreError};
+use crate::{Batch, DetectorState, ImpactQuery, Resume, Store, StoreError, Streams};
 
 /// Migrations in order; the version is the position (1-based).
 const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0001_init.sql"),
     include_str!("../../schemas/sqlite/0002_probe_latency.sql"),
     include_str!("../../schemas/sqlite/0003_positions_per_partition.sql"),
+    include_str!("../../schemas/sqlite/0004_state_stream.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -87,11 +88,11 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
 }
 
 fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
-    for (kind, key, state) in &batch.states {
+    for row in &batch.states {
         transaction.execute(
-            "INSERT INTO detector_state (kind, key, state) VALUES (?1, ?2, ?3)
-             ON CONFLICT (kind, key) DO UPDATE SET state = excluded.state",
-            params![kind, key, state],
+            "INSERT INTO detector_state (kind, key, stream, state) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (kind, key) DO UPDATE SET stream = excluded.stream, state = excluded.state",
+            params![row.kind, row.key, row.stream, row.state],
         )?;
     }
     for event in &batch.events {
@@ -299,17 +300,35 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn resume(&self) -> Result<Resume, StoreError> {
-        Self::with(&self.writer, |connection| {
+    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
+        let only: Option<Vec<u32>> = match streams {
+            Streams::All => None,
+            Streams::Only(streams) => Some(streams.to_vec()),
+        };
+        Self::with(&self.writer, move |connection| {
+            let wanted = |stream: u32| only.as_ref().is_none_or(|only| only.contains(&stream));
             let mut select =
                 connection.prepare("SELECT partition, offset FROM consumer_positions WHERE consumer = ?1")?;
             let positions = select
                 .query_map(params![WORKER], |row| Ok((row.get::<_, u32>(0)?, row.get::<_, i64>(1)? as u64)))?
-                .collect::<Result<_, _>>()?;
-            let mut select = connection.prepare("SELECT kind, key, state FROM detector_state")?;
+                .collect::<Result<Vec<(u32, u64)>, _>>()?
+                .into_iter()
+                .filter(|(stream, _)| wanted(*stream))
+                .collect();
+            let mut select = connection.prepare("SELECT kind, key, stream, state FROM detector_state")?;
             let states = select
-                .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-                .collect::<Result<_, _>>()?;
+                .query_map([], |row| {
+                    Ok(DetectorState {
+                        kind: row.get(0)?,
+                        key: row.get(1)?,
+                        stream: row.get(2)?,
+                        state: row.get(3)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .filter(|state| wanted(state.stream))
+                .collect();
             let mut select = connection.prepare("SELECT project, thresholds FROM settings")?;
             let rows: Vec<(String, String)> =
                 select.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
@@ -625,11 +644,11 @@ mod tests {
             .expect("version 1");
         }
         let store = SqliteStore::open(&path).expect("upgrade");
-        let resume = store.resume().await.expect("resume");
+        let resume = store.resume(Streams::All).await.expect("resume");
         assert_eq!(resume.positions, Positions::from([(0, 42)]));
         drop(store);
         // Opening again applies nothing twice.
         let store = SqliteStore::open(&path).expect("reopen");
-        assert_eq!(store.resume().await.expect("resume").positions, Positions::from([(0, 42)]));
+        assert_eq!(store.resume(Streams::All).await.expect("resume").positions, Positions::from([(0, 42)]));
     }
 }

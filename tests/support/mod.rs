@@ -40,6 +40,11 @@ impl Server {
             command.arg("--config").arg(config);
         }
         command.current_dir(data_dir).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // DRIFTLINE_TEST_LOGS=1 keeps each process's log in its data directory (stderr.log) for debugging.
+        if std::env::var_os("DRIFTLINE_TEST_LOGS").is_some() {
+            let log = std::fs::File::create(data_dir.join("stderr.log")).expect("log file");
+            command.stderr(log);
+        }
         let mut child = command.spawn().expect("start driftline serve");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -331,6 +336,8 @@ pub fn kafka_env(brokers: &str, prefix: &str) -> Vec<(String, String)> {
         ("DRIFTLINE__STORAGE__BUS".into(), "kafka".into()),
         ("DRIFTLINE__KAFKA__BROKERS".into(), brokers.into()),
         ("DRIFTLINE__KAFKA__TOPIC_PREFIX".into(), format!("{prefix}-{}.", std::process::id())),
+        // Static membership: a detector restarted after kill -9 takes its partitions back at once.
+        ("DRIFTLINE__KAFKA__INSTANCE_ID".into(), "detector-0".into()),
     ]
 }
 

@@ -22,7 +22,9 @@ use driftline_schemas::{
     check_server_name, derive_id, DeadLetter, DetectorThresholds, OperatorCommand, OutputKind, ProbeFailure,
     ServerStatus, Timestamp, ToolCallRecord, ToolCallSpan, ToolListSnapshot,
 };
-use driftline_store::{Batch, EventUpdate, ServerRow, Store, StoreError, ToolShapeRow};
+use driftline_store::{
+    Batch, DetectorState, EventUpdate, Resume, ServerRow, Store, StoreError, Streams, ToolShapeRow,
+};
 use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +59,15 @@ pub struct Worker<C> {
     dead_letter_sink: Option<Arc<dyn Producer>>,
     /// Memory holds a batch the store did not take: reload from the store before reading on.
     stale: bool,
+    /// The input stream (partition) each key's state belongs to: it moves with it in a consumer group.
+    server_streams: HashMap<String, u32>,
+    tool_streams: HashMap<String, u32>,
+    /// In a consumer group other members apply threshold changes: re-read them now and then.
+    settings_read_at: std::time::Instant,
 }
+
+/// How often a member of a consumer group re-reads every project's thresholds from the store.
+const SETTINGS_REFRESH: Duration = Duration::from_secs(10);
 
 /// What one poll did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -83,6 +93,9 @@ impl<C: Consumer> Worker<C> {
             dead_letters: 0,
             dead_letter_sink: None,
             stale: false,
+            server_streams: HashMap::new(),
+            tool_streams: HashMap::new(),
+            settings_read_at: std::time::Instant::now(),
         };
         worker.reload().await?;
         Ok(worker)
@@ -94,32 +107,70 @@ impl<C: Consumer> Worker<C> {
         self
     }
 
-    /// Replaces everything held in memory with what the store holds, and reads the bus from there again.
-    /// After a failed batch this undoes what processing it did, so no record counts twice.
+    /// Replaces everything held in memory with what the store holds for the streams this worker reads, and
+    /// reads the bus from there again. After a failed batch this undoes what processing it did, so no
+    /// record counts twice.
     async fn reload(&mut self) -> Result<(), WorkerError> {
-        let resume = self.store.resume().await?;
-        let mut servers = HashMap::new();
-        let mut tools = HashMap::new();
-        for (kind, key, json) in resume.states {
+        let owned = self.consumer.owned();
+        let streams = owned.as_deref().map_or(Streams::All, Streams::Only);
+        let resume = self.store.resume(streams).await?;
+        self.servers.clear();
+        self.tools.clear();
+        self.server_streams.clear();
+        self.tool_streams.clear();
+        self.positions.clear();
+        self.restore(resume)?;
+        self.consumer.rewind(&self.positions).await?;
+        self.stale = false;
+        tracing::info!(positions = ?self.positions, servers = self.servers.len(), tools = self.tools.len(), "detector state restored");
+        Ok(())
+    }
+
+    /// Adds stored state, positions and settings to what memory holds.
+    fn restore(&mut self, resume: Resume) -> Result<(), WorkerError> {
+        for DetectorState { kind, key, stream, state } in resume.states {
             let bad =
                 |err: serde_json::Error| WorkerError::State { key: key.clone(), reason: err.to_string() };
             match kind.as_str() {
                 "server" => {
-                    servers.insert(key.clone(), serde_json::from_str(&json).map_err(bad)?);
+                    self.servers.insert(key.clone(), serde_json::from_str(&state).map_err(bad)?);
+                    self.server_streams.insert(key, stream);
                 }
                 "tool" => {
-                    tools.insert(key.clone(), serde_json::from_str(&json).map_err(bad)?);
+                    self.tools.insert(key.clone(), serde_json::from_str(&state).map_err(bad)?);
+                    self.tool_streams.insert(key, stream);
                 }
                 _ => {}
             }
         }
-        self.servers = servers;
-        self.tools = tools;
         self.thresholds = resume.settings.into_iter().collect();
-        self.positions = resume.positions;
-        self.consumer.rewind(&self.positions).await?;
-        self.stale = false;
-        tracing::info!(positions = ?self.positions, servers = self.servers.len(), tools = self.tools.len(), "detector state restored");
+        self.settings_read_at = std::time::Instant::now();
+        self.positions.extend(resume.positions);
+        Ok(())
+    }
+
+    /// Follows the consumer group: forgets the state of streams moved away, loads that of streams moved here.
+    async fn rebalance(&mut self) -> Result<(), WorkerError> {
+        let Some(change) = self.consumer.take_rebalance() else {
+            if self.consumer.owned().is_some() && self.settings_read_at.elapsed() >= SETTINGS_REFRESH {
+                let resume = self.store.resume(Streams::Only(&[])).await?;
+                self.thresholds = resume.settings.into_iter().collect();
+                self.settings_read_at = std::time::Instant::now();
+            }
+            return Ok(());
+        };
+        metrics::REBALANCES.inc();
+        metrics::OWNED_PARTITIONS.set(self.consumer.owned().map_or(0, |owned| owned.len()) as i64);
+        let revoked: std::collections::BTreeSet<u32> = change.revoked.iter().copied().collect();
+        let (server_streams, tool_streams) = (&self.server_streams, &self.tool_streams);
+        self.servers.retain(|key, _| server_streams.get(key).is_none_or(|s| !revoked.contains(s)));
+        self.tools.retain(|key, _| tool_streams.get(key).is_none_or(|s| !revoked.contains(s)));
+        self.server_streams.retain(|_, s| !revoked.contains(s));
+        self.tool_streams.retain(|_, s| !revoked.contains(s));
+        self.positions.retain(|s, _| !revoked.contains(s));
+        let resume = self.store.resume(Streams::Only(&change.assigned)).await?;
+        self.restore(resume)?;
+        tracing::info!(assigned = ?change.assigned, revoked = ?change.revoked, servers = self.servers.len(), tools = self.tools.len(), "detector partitions rebalanced");
         Ok(())
     }
 
@@ -128,7 +179,17 @@ impl<C: Consumer> Worker<C> {
         if self.stale {
             self.reload().await?;
         }
-        let records = self.consumer.poll(&self.positions, max, wait).await?;
+        if let Err(err) = self.rebalance().await {
+            // Some of the new streams' state may be loaded: start over from the store.
+            self.stale = true;
+            return Err(err);
+        }
+        let mut records = self.consumer.poll(&self.positions, max, wait).await?;
+        // A new owner of a partition starts at the group's committed offset, which may be behind the
+        // stored position: records the stored state already includes are skipped.
+        records.retain(|r| {
+            self.positions.get(&r.position.partition).is_none_or(|&last| r.position.offset > last)
+        });
         if records.is_empty() {
             return Ok(Progress { records: 0 });
         }
@@ -168,6 +229,7 @@ impl<C: Consumer> Worker<C> {
         metrics::FLUSH_SECONDS.observe(seconds);
         metrics::BATCH_SIZE.observe(records.len() as f64);
         self.positions.extend(positions);
+        self.consumer.commit(&self.positions).await?;
         let lag = self.consumer.lag(&self.positions).await?;
         metrics::LAG.set(lag as i64);
         metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
@@ -203,15 +265,22 @@ impl<C: Consumer> Worker<C> {
     /// Runs the detectors over one record; Err(reason) when the record cannot be used (a dead letter).
     fn process(&mut self, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) -> Result<(), String> {
         let outcome = match record.topic {
+            // Tool lists, probe failures and baseline acceptances share the server's partition, so an
+            // acceptance applies in order with the lists, on the instance that owns the server.
             Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
                 Ok(snapshot) => check_owner(&snapshot.project, &snapshot.server)
                     .map(|()| self.tool_list(&snapshot, record, batch, dirty)),
-                Err(err) => serde_json::from_slice::<ProbeFailure>(&record.payload)
-                    .map_err(|_| format!("not a tool-list snapshot: {err}"))
-                    .and_then(|failure| {
+                Err(err) => {
+                    if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                         check_owner(&failure.project, &failure.server)
                             .map(|()| self.probe_failure(&failure, record, batch, dirty))
-                    }),
+                    } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload) {
+                        self.command(command, record, batch, dirty);
+                        Ok(())
+                    } else {
+                        Err(format!("not a tool-list snapshot: {err}"))
+                    }
+                }
             },
             Topic::Spans => self.read_call(record).map(|call| self.call(call, record, batch, dirty)),
             Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
@@ -280,6 +349,7 @@ impl<C: Consumer> Worker<C> {
             snapshot.latency_ms,
             record.appended_at,
         ));
+        self.server_streams.insert(key.clone(), record.position.partition);
         dirty.servers.insert(key);
     }
 
@@ -303,6 +373,7 @@ impl<C: Consumer> Worker<C> {
             None,
             record.appended_at,
         ));
+        self.server_streams.insert(key.clone(), record.position.partition);
         dirty.servers.insert(key);
     }
 
@@ -317,6 +388,7 @@ impl<C: Consumer> Worker<C> {
             batch.signals.push(signal);
         }
         batch.calls.push((derive_id(OutputKind::ToolCall, &key, record.position), call));
+        self.tool_streams.insert(key.clone(), record.position.partition);
         dirty.tools.insert(key);
     }
 
@@ -352,6 +424,7 @@ impl<C: Consumer> Worker<C> {
                             None,
                             record.appended_at,
                         ));
+                        self.server_streams.insert(key.clone(), record.position.partition);
                         dirty.servers.insert(key);
                     }
                 }
@@ -386,18 +459,24 @@ impl<C: Consumer> Worker<C> {
 
     /// Serialises every state a record changed, once per batch, with the views the API reads.
     fn flush_state(&self, batch: &mut Batch, dirty: &Dirty) -> Result<(), WorkerError> {
+        let row = |kind: &str, key: &String, stream: Option<&u32>, json: String| DetectorState {
+            kind: kind.to_owned(),
+            key: key.clone(),
+            stream: stream.copied().unwrap_or_default(),
+            state: json,
+        };
         for key in &dirty.servers {
             if let Some(state) = self.servers.get(key) {
                 let json = serde_json::to_string(state)
                     .map_err(|err| WorkerError::State { key: key.clone(), reason: err.to_string() })?;
-                batch.states.push(("server".into(), key.clone(), json));
+                batch.states.push(row("server", key, self.server_streams.get(key), json));
             }
         }
         for key in &dirty.tools {
             let Some(state) = self.tools.get(key) else { continue };
             let json = serde_json::to_string(state)
                 .map_err(|err| WorkerError::State { key: key.clone(), reason: err.to_string() })?;
-            batch.states.push(("tool".into(), key.clone(), json));
+            batch.states.push(row("tool", key, self.tool_streams.get(key), json));
             let mut parts = key.splitn(3, '/');
             let (Some(project), Some(server), Some(tool)) = (parts.next(), parts.next(), parts.next()) else {
                 continue;

@@ -40,6 +40,22 @@ pub static DEAD_LETTERS: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+pub static REBALANCES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_rebalances_total",
+        "Consumer-group partition changes this detector followed"
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static OWNED_PARTITIONS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "driftline_worker_owned_partitions",
+        "Input partitions this detector owns (consumer group)"
+    )
+    .expect("metric names are static and valid")
+});
+
 pub static RETRIES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("driftline_worker_retries_total", "Batches retried after a bus or store failure")
         .expect("metric names are static and valid")

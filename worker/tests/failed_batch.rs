@@ -11,7 +11,7 @@ use driftline_schemas::api::{
     DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{DetectorThresholds, SchemaDriftEvent, Timestamp};
-use driftline_store::{Batch, ImpactQuery, Resume, SqliteStore, Store, StoreError};
+use driftline_store::{Batch, ImpactQuery, Resume, SqliteStore, Store, StoreError, Streams};
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::{json, Value};
 
@@ -30,8 +30,8 @@ impl Store for Flaky {
         }
         self.inner.apply(batch).await
     }
-    async fn resume(&self) -> Result<Resume, StoreError> {
-        self.inner.resume().await
+    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
+        self.inner.resume(streams).await
     }
     async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError> {
         self.inner.servers(project).await
