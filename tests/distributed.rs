@@ -457,3 +457,180 @@ fn a_detector_group_that_grows_and_shrinks_gives_every_key_the_single_instance_r
     // The second saw its first assignment, the third's arrival and the first's departure; the third its own.
     assert!(counts[0] >= 2 && counts[1] >= 1, "rebalances followed by the remaining detectors: {counts:?}");
 }
+
+/// Runs SQL on the test's ClickHouse and returns the JSONEachRow lines.
+fn clickhouse_rows(database: &str, sql: &str) -> Vec<serde_json::Value> {
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let url = format!("{}/?database={database}&default_format=JSONEachRow", clickhouse_url());
+    let mut response = agent.post(&url).send(sql.as_bytes()).expect("clickhouse request");
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().expect("clickhouse body");
+    assert_eq!(status, 200, "{sql}: {text}");
+    text.lines().map(|l| serde_json::from_str(l).expect("JSON row")).collect()
+}
+
+const REPLAY_SERVERS: usize = 20;
+const REPLAY_TOOLS: usize = 5;
+const REPLAY_SPANS: usize = 100_000;
+
+/// A long replay published straight to a deployment's topics with fixed record times, so two deployments
+/// read identical input: tool lists that change at a quarter and at 60%, and tools whose return shape
+/// changes half way (every seventh tool).
+fn publish_replay(prefix: &str, base: i64) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use serde_json::json;
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .expect("producer");
+    let send = |topic: &str, key: &str, payload: String, at: i64| loop {
+        let topic = format!("{prefix}{topic}");
+        let record = BaseRecord::to(&topic).key(key).payload(&payload).timestamp(at);
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((err, _)) => {
+                assert!(format!("{err}").contains("Queue full"), "send failed: {err}");
+                producer.poll(std::time::Duration::from_millis(50));
+            }
+        }
+    };
+    let list = |s: usize, version: usize| {
+        let mut tools: Vec<serde_json::Value> = (0..REPLAY_TOOLS)
+            .map(|t| json!({"name": format!("t{t}"), "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}))
+            .collect();
+        if version >= 1 {
+            tools[0]["inputSchema"]["required"] = json!(["q"]);
+        }
+        if version >= 2 {
+            tools.push(json!({"name": "added", "inputSchema": {"type": "object"}}));
+        }
+        json!({"project": "default", "server": format!("s{s}"), "captured_at": "2026-11-30T00:00:00.000Z",
+            "source": "api", "tools": tools})
+        .to_string()
+    };
+    for i in 0..REPLAY_SPANS {
+        let at = base + i as i64;
+        if i == 0 || i == REPLAY_SPANS / 4 || i == REPLAY_SPANS * 6 / 10 {
+            let version = if i == 0 {
+                0
+            } else if i == REPLAY_SPANS / 4 {
+                1
+            } else {
+                2
+            };
+            for s in 0..REPLAY_SERVERS {
+                send("tool-lists", &format!("default/s{s}"), list(s, version), at);
+            }
+        }
+        let (s, t) = (i % REPLAY_SERVERS, (i / REPLAY_SERVERS) % REPLAY_TOOLS);
+        let changed = (s * REPLAY_TOOLS + t) % 7 == 0 && i >= REPLAY_SPANS / 2;
+        let value = if changed { json!({"id": "x", "rows": [1]}) } else { json!({"id": i, "name": "n"}) };
+        let span = json!({"project": "default", "span_id": format!("r{i}"), "session_id": format!("sess{}", i % 11),
+            "agent_name": "replayer", "server": format!("s{s}"), "tool": format!("t{t}"),
+            "started_at": "2026-11-30T00:00:00.000Z", "duration_ms": 2, "status": "success", "return_value": value});
+        send("spans", &format!("default/s{s}/t{t}"), span.to_string(), at);
+    }
+    producer.flush(std::time::Duration::from_secs(60)).expect("flush");
+}
+
+/// What a replay left in ClickHouse: every state and position, event, signal, and a digest of the calls.
+fn replay_result(database: &str) -> serde_json::Value {
+    serde_json::json!({
+        "state": clickhouse_rows(database, "SELECT kind, key, stream, state FROM detector_state FINAL ORDER BY kind, key"),
+        "events": clickhouse_rows(database, "SELECT id, status, event FROM schema_drift_events FINAL ORDER BY id"),
+        "signals": clickhouse_rows(database, "SELECT id, signal FROM shape_drift_signals FINAL ORDER BY id"),
+        "calls": clickhouse_rows(database, "SELECT count() AS n, uniqExact(id) AS ids, groupBitXor(cityHash64(id, shape_hash, ingested_at)) AS digest FROM tool_calls FINAL"),
+    })
+}
+
+fn replay_calls(database: &str) -> u64 {
+    // 64-bit integers come as numbers or, with output_format_json_quote_64bit_integers, as strings.
+    let rows = clickhouse_rows(database, "SELECT count() AS n FROM tool_calls FINAL");
+    let n = &rows[0]["n"];
+    n.as_u64().or_else(|| n.as_str().and_then(|n| n.parse().ok())).unwrap_or(0)
+}
+
+fn wait_for_replay_calls(database: &str, at_least: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
+    loop {
+        let calls = replay_calls(database);
+        if calls >= at_least {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited 240 s for {at_least} calls in {database}; {calls}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// kill -9 of the detector at several points of a 100k-span replay: the events, signals, calls and every
+/// detector state in ClickHouse equal an uninterrupted run's exactly.
+#[test]
+fn a_long_replay_with_detectors_killed_three_times_ends_exactly_like_an_uninterrupted_one() {
+    // Record times an hour back: recent enough for every table's TTL, the same for both runs.
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64 - 3_600_000)
+        .expect("clock");
+    let run = |name: &str, kills: &[u64]| {
+        let env = environment(name);
+        let database =
+            env.iter().find(|(k, _)| k == "DRIFTLINE__CLICKHOUSE__DATABASE").map(|(_, v)| v.clone());
+        let database = database.expect("database");
+        let prefix = env.iter().find(|(k, _)| k == "DRIFTLINE__KAFKA__TOPIC_PREFIX").map(|(_, v)| v.clone());
+        let (code, _, stderr) = driftline(&["topics", "create"], &env);
+        assert_eq!(code, 0, "{stderr}");
+        let (code, _, stderr) = driftline(&["migrate"], &env);
+        assert_eq!(code, 0, "{stderr}");
+        publish_replay(&prefix.expect("prefix"), base);
+        let dir = temp_dir(name);
+        let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut detector = Server::start_stage("detect", &dir, None, &envs);
+        for &at in kills {
+            wait_for_replay_calls(&database, at);
+            detector.crash_and_restart();
+        }
+        wait_for_replay_calls(&database, REPLAY_SPANS as u64);
+        // The last batch's state is written after its calls: wait for the final positions too.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while metric(&detector, "driftline_worker_consumer_lag") != 0
+            || replay_result(&database)["state"].as_array().is_none()
+        {
+            assert!(std::time::Instant::now() < deadline, "the detector did not settle");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        drop(detector);
+        replay_result(&database)
+    };
+    let uninterrupted = run("replay-whole", &[]);
+    let killed = run("replay-killed", &[20_000, 50_000, 80_000]);
+    assert_eq!(killed["calls"], uninterrupted["calls"]);
+    assert_eq!(killed["events"], uninterrupted["events"]);
+    assert_eq!(killed["signals"], uninterrupted["signals"]);
+    assert_eq!(killed["state"], uninterrupted["state"]);
+    // The injected drift is all there: two tool-list changes per server, and signals for every changed tool.
+    assert_eq!(
+        uninterrupted["events"].as_array().map(Vec::len),
+        Some(2 * REPLAY_SERVERS),
+        "{}",
+        uninterrupted["events"]
+    );
+    let signalled: std::collections::BTreeSet<String> = uninterrupted["signals"]
+        .as_array()
+        .expect("signals")
+        .iter()
+        .filter_map(|s| serde_json::from_str::<serde_json::Value>(s["signal"].as_str()?).ok())
+        .map(|s| format!("{}/{}", s["server"].as_str().unwrap_or(""), s["tool"].as_str().unwrap_or("")))
+        .collect();
+    let expected: std::collections::BTreeSet<String> = (0..REPLAY_SERVERS)
+        .flat_map(|s| (0..REPLAY_TOOLS).map(move |t| (s, t)))
+        .filter(|(s, t)| (s * REPLAY_TOOLS + t) % 7 == 0)
+        .map(|(s, t)| format!("s{s}/t{t}"))
+        .collect();
+    assert_eq!(signalled, expected);
+}

@@ -6,7 +6,7 @@
 //! Partitions of the three topics are numbered into one space, `InputPosition::partition` = topic index
 //! × 65536 + Kafka partition, so one position map covers them all.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -404,7 +404,7 @@ impl Consumer for KafkaGroupConsumer {
         Ok(ready)
     }
 
-    async fn lag(&self, positions: &Positions) -> Result<u64, BusError> {
+    async fn lag(&self, positions: &Positions) -> Result<BTreeMap<String, u64>, BusError> {
         // Watermarks cost a broker round trip per partition: a background task refreshes them every few
         // seconds while this answers at once from the last refresh.
         let mut slot = self.lag.lock().map_err(|_| BusError::Unavailable("lag lock poisoned".into()))?;
@@ -437,11 +437,13 @@ impl Consumer for KafkaGroupConsumer {
             .marks
             .iter()
             .filter(|(stream, _)| self.acknowledged.contains(stream))
-            .map(|(stream, high)| {
+            .filter_map(|(stream, high)| {
                 let next = positions.get(stream).map_or(0, |&last| last as i64 + 1);
-                (high - next).max(0) as u64
+                let (topic, partition) = kafka_partition(&self.settings, *stream)?;
+                let topic = topic.strip_prefix(&self.settings.topic_prefix).unwrap_or(&topic).to_owned();
+                Some((format!("{topic}/{partition}"), (high - next).max(0) as u64))
             })
-            .sum())
+            .collect())
     }
 
     async fn rewind(&mut self, positions: &Positions) -> Result<(), BusError> {

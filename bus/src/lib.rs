@@ -95,8 +95,9 @@ pub trait Consumer: Send {
         wait: std::time::Duration,
     ) -> Result<Vec<Delivered>, BusError>;
 
-    /// Records on the bus after `positions` (consumer lag).
-    async fn lag(&self, positions: &Positions) -> Result<u64, BusError>;
+    /// Records on the bus after `positions` (consumer lag), per partition this consumer reads, named
+    /// `topic/partition`.
+    async fn lag(&self, positions: &Positions) -> Result<BTreeMap<String, u64>, BusError>;
 
     /// Reads from `positions` again on the next poll (after a batch that was not stored).
     async fn rewind(&mut self, positions: &Positions) -> Result<(), BusError>;

@@ -155,12 +155,13 @@ impl Consumer for SqliteConsumer {
         Ok(())
     }
 
-    async fn lag(&self, positions: &Positions) -> Result<u64, BusError> {
+    async fn lag(&self, positions: &Positions) -> Result<std::collections::BTreeMap<String, u64>, BusError> {
         let bus = self.bus.clone();
         let end = tokio::task::spawn_blocking(move || bus.end_offset())
             .await
             .map_err(|err| BusError::Unavailable(format!("read task failed: {err}")))??;
-        Ok(end.saturating_sub(positions.get(&0).copied().unwrap_or(0)))
+        let lag = end.saturating_sub(positions.get(&0).copied().unwrap_or(0));
+        Ok(std::collections::BTreeMap::from([("log/0".to_owned(), lag)]))
     }
 }
 
@@ -208,7 +209,7 @@ mod tests {
         assert_eq!(rest.len(), 1);
         assert_eq!(rest[0].position, all[1].position);
         assert_eq!(reopened.end_offset().expect("end"), all[2].position.offset);
-        assert_eq!(consumer.lag(&after_first).await.expect("lag"), 2);
+        assert_eq!(consumer.lag(&after_first).await.expect("lag").get("log/0"), Some(&2));
     }
 
     #[tokio::test]

@@ -64,6 +64,8 @@ pub struct Worker<C> {
     tool_streams: HashMap<String, u32>,
     /// In a consumer group other members apply threshold changes: re-read them now and then.
     settings_read_at: std::time::Instant,
+    /// Partitions the lag gauge has a series for.
+    lag_labels: Vec<String>,
 }
 
 /// How often a member of a consumer group re-reads every project's thresholds from the store.
@@ -96,6 +98,7 @@ impl<C: Consumer> Worker<C> {
             server_streams: HashMap::new(),
             tool_streams: HashMap::new(),
             settings_read_at: std::time::Instant::now(),
+            lag_labels: Vec::new(),
         };
         worker.reload().await?;
         Ok(worker)
@@ -230,12 +233,26 @@ impl<C: Consumer> Worker<C> {
         metrics::BATCH_SIZE.observe(records.len() as f64);
         self.positions.extend(positions);
         self.consumer.commit(&self.positions).await?;
-        let lag = self.consumer.lag(&self.positions).await?;
-        metrics::LAG.set(lag as i64);
+        let lag = self.report_lag().await?;
         metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
         metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
         tracing::debug!(records = records.len(), seconds, lag, "batch stored");
         Ok(Progress { records: records.len() })
+    }
+
+    /// Sets the lag gauges (total and per owned partition; partitions moved away lose their series).
+    async fn report_lag(&mut self) -> Result<u64, WorkerError> {
+        let lags = self.consumer.lag(&self.positions).await?;
+        for gone in self.lag_labels.iter().filter(|label| !lags.contains_key(*label)) {
+            let _ = metrics::PARTITION_LAG.remove_label_values(&[gone.as_str()]);
+        }
+        for (partition, lag) in &lags {
+            metrics::PARTITION_LAG.with_label_values(&[partition.as_str()]).set(*lag as i64);
+        }
+        let total: u64 = lags.values().sum();
+        metrics::LAG.set(total as i64);
+        self.lag_labels = lags.into_keys().collect();
+        Ok(total)
     }
 
     /// Polls until `shutdown` turns true; store or bus failures are retried with capped backoff.

@@ -87,6 +87,15 @@ pub static SHAPE_SIGNALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+pub static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "driftline_worker_partition_lag",
+        "Records not yet processed, per input partition this detector owns",
+        &["partition"]
+    )
+    .expect("metric names are static and valid")
+});
+
 pub static LAG: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("driftline_worker_consumer_lag", "Records on the bus not yet processed")
         .expect("metric names are static and valid")
