@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: run run-distributed bench-distributed demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: run run-distributed bench-distributed helm-check demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -28,13 +28,14 @@ test: toolchain
 	@mkdir -p target
 	deploy/local/kafka.sh up
 	deploy/local/clickhouse.sh up
-	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log; status=$$?; \
+	set -o pipefail; status=0; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log || status=$$?; \
+	    [ $$status != 0 ] || $(MAKE) --no-print-directory helm-check || status=$$?; \
 	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; exit $$status
 	$(MAKE) --no-print-directory browser-test
 	$(MAKE) --no-print-directory python-test
 	@awk '/^test result:/ { p += $$4; f += $$6 } /^# pass / { p += $$3 } /^# fail / { f += $$3 } \
 	     /^[0-9]+ (passed|failed).* in [0-9.]+s/ { for (i = 1; i < NF; i++) { if ($$(i+1) ~ /^passed/) p += $$i; if ($$(i+1) ~ /^failed/) f += $$i } } \
-	     END { print p " passed, " f " failed" }' target/test.log target/browser-test.log target/python-test.log
+	     END { print p " passed, " f " failed" }' target/test.log target/helm-check.log target/browser-test.log target/python-test.log
 
 # The Python capture snippet (examples/python) with the official `mcp` SDK, in a cached virtualenv.
 PYENV = target/python-env
@@ -44,6 +45,18 @@ python-test:
 	$(CARGO) build --locked --bin driftline
 	set -o pipefail; DRIFTLINE_BIN=$(TARGET_DIR)/debug/driftline $(PYENV)/bin/python -m pytest -q -p no:cacheprovider examples/python 2>&1 \
 	    | tee target/python-test.log
+
+# The Helm chart, alert rules, Grafana dashboard and Dockerfile (tests/helm): helm from the Go module proxy
+# (cached), promtool and a Prometheus server from Debian; the scrape test needs `make infra-up` running.
+HELM_ENV = target/helm-env
+helm-check:
+	@scripts/ensure-prometheus.sh
+	@test -x $(HELM_ENV)/bin/python || python3 -m venv $(HELM_ENV)
+	@$(HELM_ENV)/bin/pip install -q --disable-pip-version-check -r tests/helm/requirements.txt
+	$(CARGO) build --locked --bin driftline
+	@mkdir -p target
+	set -o pipefail; HELM=$$(scripts/ensure-helm.sh) DRIFTLINE_BIN=$(TARGET_DIR)/debug/driftline \
+	    $(HELM_ENV)/bin/python -m pytest -q -p no:cacheprovider tests/helm 2>&1 | tee target/helm-check.log
 
 # The dashboard in Debian's headless Chromium, driven by playwright-core from npm (no browser download).
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
@@ -55,10 +68,12 @@ browser-test:
 	set -o pipefail; cd tests/browser && DRIFTLINE_BIN=$(TARGET_DIR)/debug/driftline SCREENSHOT_DIR=$(CURDIR)/target/screenshots \
 	    node --test dashboard.test.mjs 2>&1 | tee $(CURDIR)/target/browser-test.log
 
-# rustfmt and clippy ship with the machine's rustup toolchain; add them only where they are missing.
+# rustfmt and clippy ship with the machine's rustup toolchain; add them only where they are missing. librdkafka
+# is built with OpenSSL (Kafka over TLS / SCRAM): its headers come from Debian when missing.
 toolchain:
 	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
+	@scripts/ensure-debian-packages.sh pkg-config libssl-dev
 
 fmt:
 	$(CARGO) fmt --all

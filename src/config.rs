@@ -52,8 +52,8 @@ impl ClickHouseConfig {
         driftline_store::ClickHouseSettings {
             url: self.url.clone(),
             database: self.database.clone(),
-            user: self.user.clone(),
-            password: self.password.clone(),
+            user: present(&self.user).map(str::to_owned),
+            password: present(&self.password).map(str::to_owned),
         }
     }
 }
@@ -73,6 +73,29 @@ pub struct KafkaConfig {
     /// Static group membership: a name unique per detector instance and stable across its restarts (a
     /// StatefulSet pod name), so a restarted detector takes its partitions back at once.
     pub instance_id: Option<String>,
+    pub security_protocol: KafkaSecurity,
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` (with `sasl_plaintext` / `sasl_ssl`).
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    /// Better from the environment: DRIFTLINE__KAFKA__SASL_PASSWORD.
+    pub sasl_password: Option<String>,
+    /// CA bundle for `ssl` / `sasl_ssl`; the system's roots when unset.
+    pub ssl_ca_location: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KafkaSecurity {
+    #[default]
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+/// Unset or empty (an optional Secret key rendered as "") is absent.
+fn present(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
 }
 
 impl Default for KafkaConfig {
@@ -84,6 +107,11 @@ impl Default for KafkaConfig {
             replication: 1,
             session_timeout_ms: 10_000,
             instance_id: None,
+            security_protocol: KafkaSecurity::Plaintext,
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password: None,
+            ssl_ca_location: None,
         }
     }
 }
@@ -96,8 +124,30 @@ impl KafkaConfig {
             partitions: self.partitions,
             replication: self.replication,
             session_timeout_ms: self.session_timeout_ms,
-            instance_id: self.instance_id.clone(),
+            instance_id: present(&self.instance_id).map(str::to_owned),
+            client_properties: self.client_properties(),
         }
+    }
+
+    /// librdkafka properties for the connection's security, shared by producer, consumer and admin client.
+    fn client_properties(&self) -> Vec<(String, String)> {
+        let protocol = match self.security_protocol {
+            KafkaSecurity::Plaintext => "plaintext",
+            KafkaSecurity::Ssl => "ssl",
+            KafkaSecurity::SaslPlaintext => "sasl_plaintext",
+            KafkaSecurity::SaslSsl => "sasl_ssl",
+        };
+        let mut properties = vec![("security.protocol".to_owned(), protocol.to_owned())];
+        let mut add = |key: &str, value: Option<&str>| {
+            if let Some(value) = value {
+                properties.push((key.to_owned(), value.to_owned()));
+            }
+        };
+        add("sasl.mechanisms", present(&self.sasl_mechanism));
+        add("sasl.username", present(&self.sasl_username));
+        add("sasl.password", present(&self.sasl_password));
+        add("ssl.ca.location", self.ssl_ca_location.as_deref().and_then(Path::to_str));
+        properties
     }
 }
 
@@ -181,6 +231,15 @@ impl Default for StorageConfig {
 pub struct AuthConfig {
     /// `[[auth.keys]] project = "…", scopes = ["ingest", "read", "admin"], sha256 = "<hex of the key>"`.
     pub keys: Vec<ApiKey>,
+    /// More keys, as `[[keys]]` tables in a TOML file of their own (a mounted Kubernetes Secret).
+    pub keys_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysFile {
+    #[serde(default)]
+    keys: Vec<ApiKey>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -273,18 +332,36 @@ impl Config {
             .context("cannot read the configuration")?
             .try_deserialize()
             .map_err(|err| anyhow::anyhow!("invalid configuration: {err}"))?;
+        let mut config = config;
+        if let Some(path) = config.auth.keys_file.clone() {
+            let file: KeysFile = config::Config::builder()
+                .add_source(
+                    config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true),
+                )
+                .build()
+                .and_then(|c| c.try_deserialize())
+                .map_err(|err| anyhow::anyhow!("auth.keys_file = {}: {err}", path.display()))?;
+            config.auth.keys.extend(file.keys);
+        }
         config.validate()?;
         Ok(config)
     }
 
-    pub fn validate(&self) -> anyhow::Result<()> {
+    /// Whether a process that serves project data may listen on `server.bind`: beyond loopback only with
+    /// API keys. A detector serves only health and metrics, so it may listen anywhere.
+    pub fn check_listener(&self, serves_data: bool) -> anyhow::Result<()> {
         let bind = self.bind_address()?;
-        if self.auth.keys.is_empty() && !bind.ip().is_loopback() {
+        if serves_data && self.auth.keys.is_empty() && !bind.ip().is_loopback() {
             bail!(
                 "server.bind = {bind} is not a loopback address and no API keys are configured: \
-                 add [[auth.keys]] or bind 127.0.0.1"
+                 add [[auth.keys]] (or auth.keys_file) or bind 127.0.0.1"
             );
         }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.bind_address()?;
         for (index, key) in self.auth.keys.iter().enumerate() {
             if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 bail!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");
@@ -297,14 +374,23 @@ impl Config {
         if self.kafka.partitions == 0 || self.kafka.partitions > 65_536 || self.kafka.replication == 0 {
             bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");
         }
+        if let Some(mechanism) = present(&self.kafka.sasl_mechanism) {
+            if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&mechanism) {
+                bail!("kafka.sasl_mechanism = {mechanism:?}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512");
+            }
+        }
+        let sasl =
+            matches!(self.kafka.security_protocol, KafkaSecurity::SaslPlaintext | KafkaSecurity::SaslSsl);
+        if sasl
+            && (present(&self.kafka.sasl_mechanism).is_none() || present(&self.kafka.sasl_username).is_none())
+        {
+            bail!("kafka.security_protocol = sasl_*: set kafka.sasl_mechanism and kafka.sasl_username (and the password)");
+        }
         if !(6_000..=300_000).contains(&self.kafka.session_timeout_ms) {
             bail!("kafka.session_timeout_ms must be in [6000, 300000] (the broker's default group limits)");
         }
-        if !self.clickhouse.url.starts_with("http://") {
-            bail!(
-                "clickhouse.url = {:?} must be an http:// address (TLS to ClickHouse is not built in yet)",
-                self.clickhouse.url
-            );
+        if !(self.clickhouse.url.starts_with("http://") || self.clickhouse.url.starts_with("https://")) {
+            bail!("clickhouse.url = {:?} must be an http:// or https:// address", self.clickhouse.url);
         }
         if self.clickhouse.database.is_empty()
             || !self.clickhouse.database.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')

@@ -32,7 +32,7 @@ pub enum Role {
 }
 
 impl Role {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Role::All => "serve",
             Role::Ingest => "ingest",
@@ -56,6 +56,7 @@ impl Role {
 
 /// A stage on its own shares nothing in-process with the others: they meet in Kafka and ClickHouse.
 pub fn check_role(config: &Config, role: Role) -> anyhow::Result<()> {
+    config.check_listener(role != Role::Detect)?;
     if role == Role::All {
         return Ok(());
     }

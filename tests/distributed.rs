@@ -546,9 +546,16 @@ fn replay_result(database: &str) -> serde_json::Value {
     })
 }
 
-fn replay_calls(database: &str) -> u64 {
+/// Call rows in the table: `final_` collapses replayed duplicates (a full read), else the part metadata's
+/// count (instant, may include duplicates not yet merged).
+fn replay_calls(database: &str, final_: bool) -> u64 {
     // 64-bit integers come as numbers or, with output_format_json_quote_64bit_integers, as strings.
-    let rows = clickhouse_rows(database, "SELECT count() AS n FROM tool_calls FINAL");
+    let sql = if final_ {
+        "SELECT count() AS n FROM tool_calls FINAL"
+    } else {
+        "SELECT count() AS n FROM tool_calls"
+    };
+    let rows = clickhouse_rows(database, sql);
     let n = &rows[0]["n"];
     n.as_u64().or_else(|| n.as_str().and_then(|n| n.parse().ok())).unwrap_or(0)
 }
@@ -556,7 +563,7 @@ fn replay_calls(database: &str) -> u64 {
 fn wait_for_replay_calls(database: &str, at_least: u64) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
     loop {
-        let calls = replay_calls(database);
+        let calls = replay_calls(database, false);
         if calls >= at_least {
             return;
         }
@@ -633,4 +640,106 @@ fn a_long_replay_with_detectors_killed_three_times_ends_exactly_like_an_uninterr
         .map(|(s, t)| format!("s{s}/t{t}"))
         .collect();
     assert_eq!(signalled, expected);
+}
+
+/// SIGTERM to ingest and to the detector in the middle of a load: every span that got a 202 is processed
+/// exactly once (the stopped ingest drains its requests; the stopped detector's successor resumes).
+#[test]
+fn sigterm_during_load_loses_nothing_acknowledged() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = temp_dir("split-sigterm");
+    let env = environment("sigterm");
+    let (code, _, stderr) = driftline(&["migrate"], &env);
+    assert_eq!(code, 0, "{stderr}");
+    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let stage = |stage: &str, name: &str| {
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).expect("stage dir");
+        Server::start_stage(stage, &dir, None, &envs)
+    };
+    let first_ingest = stage("ingest", "ingest-1");
+    let second_ingest = stage("ingest", "ingest-2");
+    let detect = stage("detect", "detect-1");
+    let api = stage("api", "api");
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Two clients, one per ingest; the first ingest is stopped under them.
+    let load: Vec<_> = [first_ingest.url.clone(), second_ingest.url.clone()]
+        .into_iter()
+        .enumerate()
+        .map(|(client, url)| {
+            let (acknowledged, stop) = (acknowledged.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(std::time::Duration::from_secs(15)))
+                    .build()
+                    .into();
+                let mut round = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let spans: Vec<serde_json::Value> = (0..50)
+                        .map(|i| {
+                            support::span(
+                                &format!("c{client}-r{round}-{i}"),
+                                &format!("tool{client}"),
+                                serde_json::json!({"i": i}),
+                            )
+                        })
+                        .collect();
+                    let body = serde_json::Value::Array(spans).to_string();
+                    let sent = agent
+                        .post(format!("{url}/v1/spans"))
+                        .header("Content-Type", "application/json")
+                        .send(body.as_bytes());
+                    match sent {
+                        Ok(response) if response.status().as_u16() == 202 => {
+                            acknowledged.fetch_add(50, Ordering::Relaxed);
+                        }
+                        // Refused or cut off while stopping: not acknowledged, so not counted.
+                        _ => {}
+                    }
+                    // A steady load (≈1,000 spans/s per client), not a flood that starves the other tests.
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    round += 1;
+                }
+            })
+        })
+        .collect();
+    let client =
+        Endpoints { api: api.url.clone(), ingest: second_ingest.url.clone(), metrics: vec![] }.client();
+    let wait_for_some = |at_least: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while fleet_calls(&client) < at_least {
+            assert!(std::time::Instant::now() < deadline, "the load did not reach {at_least} calls");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    wait_for_some(500);
+    assert!(first_ingest.terminate().success(), "ingest did not stop cleanly");
+    wait_for_some(1_500);
+    assert!(detect.terminate().success(), "the detector did not stop cleanly");
+    let _successor = stage("detect", "detect-2");
+    wait_for_some(2_500);
+    stop.store(true, Ordering::Relaxed);
+    for thread in load {
+        let _ = thread.join();
+    }
+    let expected = acknowledged.load(Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let calls = fleet_calls(&client);
+        if calls == expected {
+            break;
+        }
+        assert!(
+            calls < expected,
+            "{calls} calls stored for {expected} acknowledged spans: some counted twice"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{calls} of {expected} acknowledged spans processed after 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

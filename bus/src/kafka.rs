@@ -46,6 +46,20 @@ pub struct KafkaSettings {
     pub session_timeout_ms: u32,
     /// Static group membership (`group.instance.id`): unique per detector instance, stable across restarts.
     pub instance_id: Option<String>,
+    /// librdkafka properties every client gets (security protocol, SASL, TLS).
+    pub client_properties: Vec<(String, String)>,
+}
+
+impl KafkaSettings {
+    /// A client configuration for the brokers with the security properties.
+    fn client(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.brokers);
+        for (key, value) in &self.client_properties {
+            config.set(key, value);
+        }
+        config
+    }
 }
 
 impl KafkaSettings {
@@ -71,8 +85,8 @@ pub struct KafkaBus {
 
 impl KafkaBus {
     pub fn connect(settings: KafkaSettings) -> Result<Self, BusError> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", &settings.brokers)
+        let producer = settings
+            .client()
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("compression.type", "lz4")
@@ -85,10 +99,8 @@ impl KafkaBus {
 
     /// Creates the topics with the configured partitions where they do not exist yet.
     pub async fn ensure_topics(&self) -> Result<Vec<String>, BusError> {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &self.settings.brokers)
-            .create()
-            .map_err(unavailable)?;
+        let admin: AdminClient<DefaultClientContext> =
+            self.settings.client().create().map_err(unavailable)?;
         let names: Vec<String> = ALL_TOPICS.iter().map(|t| self.settings.topic_name(*t)).collect();
         let topics: Vec<NewTopic<'_>> = names
             .iter()
@@ -146,9 +158,8 @@ impl KafkaBus {
     pub fn consumer(&self) -> Result<KafkaGroupConsumer, BusError> {
         let events = Arc::new(Mutex::new(GroupEvents::default()));
         let context = GroupContext { settings: self.settings.clone(), events: events.clone() };
-        let mut config = ClientConfig::new();
+        let mut config = self.settings.client();
         config
-            .set("bootstrap.servers", &self.settings.brokers)
             .set("group.id", format!("{}detectors", self.settings.topic_prefix))
             .set("partition.assignment.strategy", "cooperative-sticky")
             .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())

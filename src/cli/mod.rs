@@ -43,6 +43,13 @@ enum Command {
     Detect(ServeArgs),
     /// Run only the query API and dashboard over ClickHouse; operator commands go to Kafka.
     Api(ServeArgs),
+    /// Check a configuration (file, then DRIFTLINE__… environment) for a stage without starting it.
+    CheckConfig {
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        #[arg(long, value_parser = ["serve", "ingest", "detect", "api"], default_value = "serve")]
+        stage: String,
+    },
     /// Create the ClickHouse database and tables of `[clickhouse]` (idempotent, versioned).
     Migrate {
         #[arg(long)]
@@ -131,6 +138,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ingest(args) => serve(args, Role::Ingest),
         Command::Detect(args) => serve(args, Role::Detect),
         Command::Api(args) => serve(args, Role::Api),
+        Command::CheckConfig { config, stage } => {
+            let config = crate::config::Config::load(config.as_deref())?;
+            let role = match stage.as_str() {
+                "ingest" => Role::Ingest,
+                "detect" => Role::Detect,
+                "api" => Role::Api,
+                _ => Role::All,
+            };
+            crate::serve::check_role(&config, role)?;
+            println!(
+                "configuration ok for driftline {}: bus {:?}, store {:?}, {} API keys",
+                role.name(),
+                config.storage.bus,
+                config.storage.store,
+                config.auth.keys.len()
+            );
+            Ok(ExitCode::from(EXIT_OK))
+        }
         Command::Migrate { config } => {
             let config = crate::config::Config::load(config.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

@@ -39,12 +39,11 @@ impl Server {
         if let Some(config) = config {
             command.arg("--config").arg(config);
         }
-        command.current_dir(data_dir).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // DRIFTLINE_TEST_LOGS=1 keeps each process's log in its data directory (stderr.log) for debugging.
-        if std::env::var_os("DRIFTLINE_TEST_LOGS").is_some() {
-            let log = std::fs::File::create(data_dir.join("stderr.log")).expect("log file");
-            command.stderr(log);
-        }
+        // The log goes to a file in the data directory (appended across restarts): a pipe nobody reads
+        // would fill up and stop the process at its next log line.
+        let log_path = data_dir.join("stderr.log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("log file");
+        command.current_dir(data_dir).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(log);
         let mut child = command.spawn().expect("start driftline serve");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -55,15 +54,13 @@ impl Server {
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
             let _ = child.kill();
-            panic!("driftline {stage} did not report its address within 30 s");
+            panic!("driftline {stage} did not report its address within 30 s (log: {})", log_path.display());
         });
         let url = line.trim().strip_prefix("driftline listening on ").unwrap_or_else(|| {
             let _ = child.kill();
-            let mut stderr = String::new();
-            if let Some(mut err) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut err, &mut stderr);
-            }
-            panic!("unexpected first line {line:?}; stderr: {stderr}")
+            let _ = child.wait();
+            let stderr = std::fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("unexpected first line {line:?}; {}: {stderr}", log_path.display())
         });
         Server {
             url: url.to_owned(),

@@ -194,6 +194,8 @@ impl<C: Consumer> Worker<C> {
             self.positions.get(&r.position.partition).is_none_or(|&last| r.position.offset > last)
         });
         if records.is_empty() {
+            // Idle: the lag gauges still follow the partitions (watermarks refresh in the background).
+            self.report_lag().await?;
             return Ok(Progress { records: 0 });
         }
         let mut batch = Batch::default();
@@ -255,21 +257,22 @@ impl<C: Consumer> Worker<C> {
         Ok(total)
     }
 
-    /// Polls until `shutdown` turns true; store or bus failures are retried with capped backoff.
+    /// Polls until `shutdown` turns true; store or bus failures are retried with capped backoff. A batch in
+    /// progress is finished (stored) before it stops, so a stop loses no work and leaves the group clean.
     pub async fn run(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(100);
         while !*shutdown.borrow() {
-            tokio::select! {
-                result = self.poll_once(500, Duration::from_millis(500)) => match result {
-                    Ok(_) => backoff = Duration::from_millis(100),
-                    Err(err) => {
-                        metrics::RETRIES.inc();
-                        tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "detector batch failed; retrying");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
+            match self.poll_once(500, Duration::from_millis(500)).await {
+                Ok(_) => backoff = Duration::from_millis(100),
+                Err(err) => {
+                    metrics::RETRIES.inc();
+                    tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "detector batch failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.changed() => {}
                     }
-                },
-                _ = shutdown.changed() => {}
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
             }
         }
         tracing::info!(positions = ?self.positions, "detector worker stopped");
