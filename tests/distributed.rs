@@ -5,7 +5,9 @@
 
 mod support;
 
-use support::{clickhouse_url, kafka_brokers, kafka_env, run_cli, temp_dir, Deployment, Endpoints, Server};
+use support::{
+    clickhouse_url, kafka_brokers, kafka_env, run_cli, temp_dir, wait_until, Deployment, Endpoints, Server,
+};
 
 /// Environment of every stage of one deployment: its own topics and its own database.
 fn environment(name: &str) -> Vec<(String, String)> {
@@ -32,6 +34,38 @@ fn driftline(args: &[&str], env: &[(String, String)]) -> (i32, String, String) {
     )
 }
 
+/// One deployment's environment, migrated: any stage of it starts in a directory of its own under `dir`.
+struct Stages {
+    env: Vec<(String, String)>,
+    dir: std::path::PathBuf,
+}
+
+impl Stages {
+    /// Runs `driftline migrate` for `env`.
+    fn migrated(env: Vec<(String, String)>, dir: &std::path::Path) -> Stages {
+        let (code, stdout, stderr) = driftline(&["migrate"], &env);
+        assert_eq!(code, 0, "migrate failed: {stderr}");
+        assert!(stdout.contains("applied migration 1") || stdout.contains("up to date"), "{stdout}");
+        Stages { env, dir: dir.to_owned() }
+    }
+
+    /// Starts `driftline <stage>` in `<dir>/<name>`.
+    fn start(&self, stage: &str, name: &str) -> Server {
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir).expect("stage dir");
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Server::start_stage(stage, &dir, None, &env)
+    }
+
+    fn split(&self) -> Split {
+        Split {
+            ingest: self.start("ingest", "ingest"),
+            detect: self.start("detect", "detect"),
+            api: self.start("api", "api"),
+        }
+    }
+}
+
 struct Split {
     ingest: Server,
     detect: Server,
@@ -41,17 +75,7 @@ struct Split {
 impl Split {
     /// `driftline migrate`, then the three stages.
     fn start(name: &str, dir: &std::path::Path) -> Split {
-        let env = environment(name);
-        let (code, stdout, stderr) = driftline(&["migrate"], &env);
-        assert_eq!(code, 0, "migrate failed: {stderr}");
-        assert!(stdout.contains("applied migration 1") || stdout.contains("up to date"), "{stdout}");
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let stage = |stage: &str| {
-            let dir = dir.join(stage);
-            std::fs::create_dir_all(&dir).expect("stage dir");
-            Server::start_stage(stage, &dir, None, &env)
-        };
-        Split { ingest: stage("ingest"), detect: stage("detect"), api: stage("api") }
+        Stages::migrated(environment(name), dir).split()
     }
 
     fn endpoints(&self) -> Endpoints {
@@ -202,63 +226,27 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     assert!(split.endpoints().metrics().contains("driftline_worker_dead_letters_total 3"));
 }
 
-/// A ClickHouse endpoint of the test's own (another port, other data), so stopping it disturbs no other test.
-struct OwnClickHouse {
-    env: Vec<(String, String)>,
-}
-
-impl OwnClickHouse {
-    fn start() -> OwnClickHouse {
-        let dir = temp_dir("own-clickhouse");
-        let own = OwnClickHouse {
-            env: vec![
-                ("CLICKHOUSE_PORT".into(), "18124".into()),
-                ("DRIFTLINE_INFRA_DIR".into(), dir.display().to_string()),
-            ],
-        };
-        own.script("up");
-        own
-    }
-
-    fn script(&self, action: &str) {
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/clickhouse.sh");
-        let status = std::process::Command::new(script)
-            .arg(action)
-            .envs(self.env.clone())
-            .status()
-            .expect("clickhouse.sh");
-        assert!(status.success(), "clickhouse.sh {action} failed");
-    }
-}
-
-impl Drop for OwnClickHouse {
-    fn drop(&mut self) {
-        self.script("down");
-    }
-}
-
 #[test]
 fn clickhouse_unavailable_for_a_while_loses_nothing_and_the_detector_catches_up() {
-    let own = OwnClickHouse::start();
+    // A ClickHouse endpoint of the test's own, so stopping it disturbs no other test.
+    let own = support::LocalService::start(
+        "clickhouse.sh",
+        vec![
+            ("CLICKHOUSE_PORT".into(), "18124".into()),
+            ("DRIFTLINE_INFRA_DIR".into(), temp_dir("own-clickhouse").display().to_string()),
+        ],
+    );
     let dir = temp_dir("split-ch-outage");
     let name = "ch-outage";
     let mut env = environment(name);
     env.retain(|(k, _)| k != "DRIFTLINE__CLICKHOUSE__URL");
     env.push(("DRIFTLINE__CLICKHOUSE__URL".into(), "http://127.0.0.1:18124".into()));
-    let (code, _, stderr) = driftline(&["migrate"], &env);
-    assert_eq!(code, 0, "{stderr}");
-    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let stage = |stage: &str| {
-        let dir = dir.join(stage);
-        std::fs::create_dir_all(&dir).expect("stage dir");
-        Server::start_stage(stage, &dir, None, &envs)
-    };
-    let split = Split { ingest: stage("ingest"), detect: stage("detect"), api: stage("api") };
+    let split = Stages::migrated(env, &dir).split();
     let client = split.client();
     support::stream_part(&client, 0);
     support::wait_for_calls(&client, 30);
 
-    own.script("down");
+    own.run("down");
     // Ingest still acknowledges (Kafka holds the records); the detector is not ready and the API says why.
     support::stream_part(&client, 1);
     support::stream_part(&client, 2);
@@ -268,17 +256,18 @@ fn clickhouse_unavailable_for_a_while_loses_nothing_and_the_detector_catches_up(
     let (status, body) = client.get("/api/tools");
     assert_eq!(status, 503, "{body}");
 
-    own.script("up");
+    own.run("up");
     support::wait_for_calls(&client, 90);
     client.wait_for("/api/tools/srv/lookup/shape", "the shape drift after the outage", |shape| {
         shape["signal_groups"].as_array().is_some_and(|g| !g.is_empty())
     });
     assert_eq!(detect.get("/readyz").0, 200);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !split.endpoints().metrics().contains("driftline_worker_consumer_lag 0") {
-        assert!(std::time::Instant::now() < deadline, "consumer lag did not return to 0 within 20 s");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_until(20, "consumer lag back to 0", || {
+        match metric(&split.detect, "driftline_worker_consumer_lag") {
+            Some(0) => Ok(()),
+            lag => Err(format!("lag {lag:?}")),
+        }
+    });
 }
 
 const FLEET_SERVERS: usize = 6;
@@ -329,15 +318,10 @@ fn fleet_calls(client: &support::Client) -> u64 {
 /// Waits (bounded) until the detectors processed `parts` parts of the fleet stream.
 fn wait_for_fleet(client: &support::Client, parts: usize) {
     let expected = (parts * FLEET_SERVERS * FLEET_TOOLS * FLEET_SPANS) as u64;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let calls = fleet_calls(client);
-        if calls == expected {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "waited 60 s for {expected} calls; {calls} processed");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    wait_until(60, &format!("{expected} calls"), || match fleet_calls(client) {
+        calls if calls == expected => Ok(()),
+        calls => Err(format!("{calls} processed")),
+    });
 }
 
 /// Every key's results: servers, their drift, each tool's shape view and signals, and call counts.
@@ -372,26 +356,23 @@ fn fleet_outputs(client: &support::Client) -> serde_json::Value {
         .map(|t| json!([t["server"], t["tool"], t["calls"], t["errors"], t["declared"]])).collect::<Vec<_>>()})
 }
 
-fn metric(server: &Server, name: &str) -> u64 {
+/// A metric's value on a server's /metrics, if it has the series.
+fn metric(server: &Server, name: &str) -> Option<u64> {
     let metrics = server.client(None).get("/metrics").1.as_str().unwrap_or_default().to_owned();
-    metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok()).unwrap_or(0)
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
 }
 
 /// Waits (bounded) until the group spread the 12 input partitions over exactly these detectors.
 fn wait_for_spread(detectors: &[&Server]) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
+    wait_until(60, "the group to spread 12 partitions", || {
         let owned: Vec<u64> =
-            detectors.iter().map(|d| metric(d, "driftline_worker_owned_partitions")).collect();
+            detectors.iter().map(|d| metric(d, "driftline_worker_owned_partitions").unwrap_or(0)).collect();
         if owned.iter().all(|&n| n > 0) && owned.iter().sum::<u64>() == 12 {
-            return;
+            Ok(())
+        } else {
+            Err(format!("owned {owned:?}"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "waited 60 s for the group to spread 12 partitions; owned {owned:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    });
 }
 
 /// Detectors in one consumer group: two share the partitions, a third joins, one leaves; every key's
@@ -419,14 +400,8 @@ fn a_detector_group_that_grows_and_shrinks_gives_every_key_the_single_instance_r
     let mut env = environment("fleet-group");
     // Dynamic membership: a detector that stops leaves the group at once.
     env.retain(|(k, _)| k != "DRIFTLINE__KAFKA__INSTANCE_ID");
-    let (code, _, stderr) = driftline(&["migrate"], &env);
-    assert_eq!(code, 0, "{stderr}");
-    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let stage = |stage: &str, name: &str| {
-        let dir = dir.join(name);
-        std::fs::create_dir_all(&dir).expect("stage dir");
-        Server::start_stage(stage, &dir, None, &envs)
-    };
+    let stages = Stages::migrated(env, &dir);
+    let stage = |stage: &str, name: &str| stages.start(stage, name);
     let ingest = stage("ingest", "ingest");
     let api = stage("api", "api");
     let first = stage("detect", "detect-1");
@@ -452,8 +427,10 @@ fn a_detector_group_that_grows_and_shrinks_gives_every_key_the_single_instance_r
     });
     let group = fleet_outputs(&client);
     assert_eq!(group, single);
-    let counts: Vec<u64> =
-        [&second, &third].iter().map(|d| metric(d, "driftline_worker_rebalances_total")).collect();
+    let counts: Vec<u64> = [&second, &third]
+        .iter()
+        .map(|d| metric(d, "driftline_worker_rebalances_total").unwrap_or(0))
+        .collect();
     // The second saw its first assignment, the third's arrival and the first's departure; the third its own.
     assert!(counts[0] >= 2 && counts[1] >= 1, "rebalances followed by the remaining detectors: {counts:?}");
 }
@@ -561,18 +538,10 @@ fn replay_calls(database: &str, final_: bool) -> u64 {
 }
 
 fn wait_for_replay_calls(database: &str, at_least: u64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
-    loop {
-        let calls = replay_calls(database, false);
-        if calls >= at_least {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "waited 240 s for {at_least} calls in {database}; {calls}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_until(240, &format!("{at_least} calls in {database}"), || match replay_calls(database, false) {
+        calls if calls >= at_least => Ok(()),
+        calls => Err(format!("{calls} calls")),
+    });
 }
 
 /// kill -9 of the detector at several points of a 100k-span replay: the events, signals, calls and every
@@ -592,25 +561,24 @@ fn a_long_replay_with_detectors_killed_three_times_ends_exactly_like_an_uninterr
         let prefix = env.iter().find(|(k, _)| k == "DRIFTLINE__KAFKA__TOPIC_PREFIX").map(|(_, v)| v.clone());
         let (code, _, stderr) = driftline(&["topics", "create"], &env);
         assert_eq!(code, 0, "{stderr}");
-        let (code, _, stderr) = driftline(&["migrate"], &env);
-        assert_eq!(code, 0, "{stderr}");
+        let stages = Stages::migrated(env, &temp_dir(name));
         publish_replay(&prefix.expect("prefix"), base);
-        let dir = temp_dir(name);
-        let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let mut detector = Server::start_stage("detect", &dir, None, &envs);
+        let mut detector = stages.start("detect", "detect");
         for &at in kills {
             wait_for_replay_calls(&database, at);
             detector.crash_and_restart();
         }
-        wait_for_replay_calls(&database, REPLAY_SPANS as u64);
-        // The last batch's state is written after its calls: wait for the final positions too.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while metric(&detector, "driftline_worker_consumer_lag") != 0
-            || replay_result(&database)["state"].as_array().is_none()
-        {
-            assert!(std::time::Instant::now() < deadline, "the detector did not settle");
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
+        // Every call exactly once, and nothing left to read: the last batch's state (written after its
+        // calls) is stored too.
+        wait_until(120, "the detector to finish the replay", || {
+            let (calls, lag) =
+                (replay_calls(&database, true), metric(&detector, "driftline_worker_consumer_lag"));
+            if calls == REPLAY_SPANS as u64 && lag == Some(0) {
+                Ok(())
+            } else {
+                Err(format!("{calls} distinct calls, lag {lag:?}"))
+            }
+        });
         drop(detector);
         replay_result(&database)
     };
@@ -650,14 +618,8 @@ fn sigterm_during_load_loses_nothing_acknowledged() {
     use std::sync::Arc;
     let dir = temp_dir("split-sigterm");
     let env = environment("sigterm");
-    let (code, _, stderr) = driftline(&["migrate"], &env);
-    assert_eq!(code, 0, "{stderr}");
-    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let stage = |stage: &str, name: &str| {
-        let dir = dir.join(name);
-        std::fs::create_dir_all(&dir).expect("stage dir");
-        Server::start_stage(stage, &dir, None, &envs)
-    };
+    let stages = Stages::migrated(env, &dir);
+    let stage = |stage: &str, name: &str| stages.start(stage, name);
     let first_ingest = stage("ingest", "ingest-1");
     let second_ingest = stage("ingest", "ingest-2");
     let detect = stage("detect", "detect-1");
@@ -709,11 +671,10 @@ fn sigterm_during_load_loses_nothing_acknowledged() {
     let client =
         Endpoints { api: api.url.clone(), ingest: second_ingest.url.clone(), metrics: vec![] }.client();
     let wait_for_some = |at_least: u64| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while fleet_calls(&client) < at_least {
-            assert!(std::time::Instant::now() < deadline, "the load did not reach {at_least} calls");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_until(30, &format!("the load to reach {at_least} calls"), || match fleet_calls(&client) {
+            calls if calls >= at_least => Ok(()),
+            calls => Err(format!("{calls} calls")),
+        })
     };
     wait_for_some(500);
     assert!(first_ingest.terminate().success(), "ingest did not stop cleanly");
@@ -726,20 +687,16 @@ fn sigterm_during_load_loses_nothing_acknowledged() {
         let _ = thread.join();
     }
     let expected = acknowledged.load(Ordering::Relaxed);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
+    wait_until(60, &format!("{expected} acknowledged spans processed"), || {
         let calls = fleet_calls(&client);
-        if calls == expected {
-            break;
-        }
         assert!(
-            calls < expected,
+            calls <= expected,
             "{calls} calls stored for {expected} acknowledged spans: some counted twice"
         );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{calls} of {expected} acknowledged spans processed after 60 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+        if calls == expected {
+            Ok(())
+        } else {
+            Err(format!("{calls} calls"))
+        }
+    });
 }

@@ -35,37 +35,18 @@ fn a_kill_mid_stream_over_kafka_ends_where_an_uninterrupted_run_ends() {
     support::check_kill_mid_stream(|run, dir| start(&format!("kill-{run}"), dir, &brokers));
 }
 
-/// A broker of the test's own (other ports, other data), so stopping it disturbs no other test.
-struct OwnBroker {
-    env: Vec<(String, String)>,
-}
-
-impl OwnBroker {
-    fn script(&self, action: &str) {
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/kafka.sh");
-        let status =
-            std::process::Command::new(script).arg(action).envs(self.env.clone()).status().expect("kafka.sh");
-        assert!(status.success(), "kafka.sh {action} failed");
-    }
-}
-
-impl Drop for OwnBroker {
-    fn drop(&mut self) {
-        self.script("down");
-    }
-}
-
 #[test]
 fn a_broker_outage_is_503_and_nothing_acknowledged_is_lost() {
     let dir = temp_dir("kafka-outage");
-    let broker = OwnBroker {
-        env: vec![
+    // A broker of the test's own (other ports, other data), so stopping it disturbs no other test.
+    let broker = support::LocalService::start(
+        "kafka.sh",
+        vec![
             ("KAFKA_PORT".into(), "19192".into()),
             ("KAFKA_CONTROLLER_PORT".into(), "19193".into()),
             ("DRIFTLINE_INFRA_DIR".into(), dir.join("infra").display().to_string()),
         ],
-    };
-    broker.script("up");
+    );
     let data = dir.join("serve");
     std::fs::create_dir_all(&data).expect("data dir");
     let server = start("outage", &data, "127.0.0.1:19192");
@@ -81,12 +62,12 @@ fn a_broker_outage_is_503_and_nothing_acknowledged_is_lost() {
     assert_eq!(client.post_json("/v1/spans", &batch(0)).0, 202);
     wait_for_calls(&client, 10);
 
-    broker.script("down");
+    broker.run("down");
     let (status, answer) = client.post_json("/v1/spans", &batch(100));
     assert_eq!(status, 503, "{answer}");
     assert!(answer["error"].as_str().is_some_and(|e| e.contains("nothing was stored")), "{answer}");
 
-    broker.script("up");
+    broker.run("up");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let (status, _) = client.post_json("/v1/spans", &batch(200));

@@ -51,6 +51,10 @@ pub struct KafkaSettings {
 }
 
 impl KafkaSettings {
+    pub fn topic_name(&self, topic: Topic) -> String {
+        format!("{}{}", self.topic_prefix, topic.as_str())
+    }
+
     /// A client configuration for the brokers with the security properties.
     fn client(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
@@ -59,12 +63,6 @@ impl KafkaSettings {
             config.set(key, value);
         }
         config
-    }
-}
-
-impl KafkaSettings {
-    pub fn topic_name(&self, topic: Topic) -> String {
-        format!("{}{}", self.topic_prefix, topic.as_str())
     }
 }
 

@@ -13,12 +13,9 @@ VENV="$CACHE/chdb-$(sha256sum "$REQUIREMENTS" | cut -c1-12)"
 STATE=${DRIFTLINE_INFRA_DIR:-$REPO/target/infra}/clickhouse
 PORT=${CLICKHOUSE_PORT:-18123}
 LOG="$STATE/server.log"
-
-fail() {
-  echo "clickhouse: $*" >&2
-  [ -f "$LOG" ] && tail -n 40 "$LOG" >&2
-  exit 1
-}
+NAME=clickhouse
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 
 answers() {
   python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" \
@@ -41,26 +38,10 @@ up() {
   if answers; then return 0; fi
   environment
   mkdir -p "$STATE/data"
-  nohup "$VENV/bin/python" "$HERE/clickhouse/chdb_http.py" --port "$PORT" --path "$STATE/data" >>"$LOG" 2>&1 &
-  echo $! >"$STATE/pid"
-  for _ in $(seq 1 120); do
-    if answers; then return 0; fi
-    kill -0 "$(cat "$STATE/pid")" 2>/dev/null || fail "the server exited"
-    sleep 0.5
-  done
-  fail "the server did not answer on 127.0.0.1:$PORT within 60 s"
+  start_and_wait answers "$VENV/bin/python" "$HERE/clickhouse/chdb_http.py" --port "$PORT" --path "$STATE/data"
 }
 
-down() {
-  [ -f "$STATE/pid" ] || return 0
-  local pid; pid=$(cat "$STATE/pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$STATE/pid"
-}
+down() { stop; }
 
 case "${1:-}" in
   up) up ;;

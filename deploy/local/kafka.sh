@@ -12,12 +12,9 @@ STATE=${DRIFTLINE_INFRA_DIR:-$REPO/target/infra}/kafka
 PORT=${KAFKA_PORT:-19092}
 CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-19093}
 LOG="$STATE/broker.log"
-
-fail() {
-  echo "kafka: $*" >&2
-  [ -f "$LOG" ] && tail -n 40 "$LOG" >&2
-  exit 1
-}
+NAME=kafka
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -62,26 +59,12 @@ PROPS
     "${java[@]}" kafka.tools.StorageTool format --standalone -t "$id" -c "$STATE/server.properties" >>"$LOG" 2>&1 \
       || fail "cannot format the storage"
   fi
-  nohup "${java[@]}" kafka.Kafka "$STATE/server.properties" >>"$LOG" 2>&1 &
-  echo $! >"$STATE/pid"
-  for _ in $(seq 1 120); do
-    if listening "$PORT"; then return 0; fi
-    kill -0 "$(cat "$STATE/pid")" 2>/dev/null || fail "the broker exited"
-    sleep 0.5
-  done
-  fail "the broker did not listen on 127.0.0.1:$PORT within 60 s"
+  start_and_wait broker_listens "${java[@]}" kafka.Kafka "$STATE/server.properties"
 }
 
-down() {
-  [ -f "$STATE/pid" ] || return 0
-  local pid; pid=$(cat "$STATE/pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$STATE/pid"
-}
+broker_listens() { listening "$PORT"; }
+
+down() { stop; }
 
 case "${1:-}" in
   up) up ;;

@@ -315,16 +315,60 @@ pub fn wait_for_calls(client: &Client, calls: u64) {
     client.wait_for("/api/tools", &format!("{calls} calls processed"), |tools| tools[0]["calls"] == calls);
 }
 
-/// Brokers of a real Apache Kafka: `KAFKA_BROKERS`, or the single-node broker that
-/// `deploy/local/kafka.sh up` starts (idempotent: it returns at once when the broker listens).
-pub fn kafka_brokers() -> String {
-    if let Ok(brokers) = std::env::var("KAFKA_BROKERS") {
-        return brokers;
+/// `variable` when it names a running service, else the local one that `deploy/local/<script> up` starts
+/// (idempotent: it returns at once when the service answers) at `local`.
+fn service(variable: &str, script: &str, local: &str) -> String {
+    if let Ok(address) = std::env::var(variable) {
+        return address;
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/kafka.sh");
-    let status = Command::new(&script).arg("up").status().expect("run deploy/local/kafka.sh");
-    assert!(status.success(), "deploy/local/kafka.sh up failed (its output says why)");
-    "127.0.0.1:19092".to_owned()
+    LocalService::script_at(script, &[], "up");
+    local.to_owned()
+}
+
+/// Brokers of a real Apache Kafka: `KAFKA_BROKERS`, or the single-node broker of deploy/local/kafka.sh.
+pub fn kafka_brokers() -> String {
+    service("KAFKA_BROKERS", "kafka.sh", "127.0.0.1:19092")
+}
+
+/// A ClickHouse HTTP endpoint: `CLICKHOUSE_URL`, or the chDB-backed one of deploy/local/clickhouse.sh.
+pub fn clickhouse_url() -> String {
+    service("CLICKHOUSE_URL", "clickhouse.sh", "http://127.0.0.1:18123")
+}
+
+/// A service of the test's own from a deploy/local script (other ports and data through `env`), so
+/// stopping it disturbs no other test; stopped when dropped.
+pub struct LocalService {
+    script: &'static str,
+    env: Vec<(String, String)>,
+}
+
+impl LocalService {
+    pub fn start(script: &'static str, env: Vec<(String, String)>) -> LocalService {
+        let service = LocalService { script, env };
+        service.run("up");
+        service
+    }
+
+    /// `deploy/local/<script> <action>` (`up`, `down`).
+    pub fn run(&self, action: &str) {
+        Self::script_at(self.script, &self.env, action);
+    }
+
+    fn script_at(script: &str, env: &[(String, String)], action: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local").join(script);
+        let status = Command::new(&path)
+            .arg(action)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .status()
+            .unwrap_or_else(|err| panic!("run {}: {err}", path.display()));
+        assert!(status.success(), "deploy/local/{script} {action} failed (its output says why)");
+    }
+}
+
+impl Drop for LocalService {
+    fn drop(&mut self) {
+        self.run("down");
+    }
 }
 
 /// Environment that runs `serve` on Kafka with topics of its own.
@@ -522,14 +566,15 @@ pub fn check_kill_mid_stream<D: Deployment>(start: impl Fn(&str, &Path) -> D) {
     assert!(restarted["groups"].as_array().is_some_and(|g| !g.is_empty()), "{restarted}");
 }
 
-/// A ClickHouse HTTP endpoint: `CLICKHOUSE_URL`, or the chDB-backed one that `deploy/local/clickhouse.sh up`
-/// starts (idempotent).
-pub fn clickhouse_url() -> String {
-    if let Ok(url) = std::env::var("CLICKHOUSE_URL") {
-        return url;
+/// Polls `check` until it passes, for at most `seconds`; the panic names `what` and the last answer.
+pub fn wait_until(seconds: u64, what: &str, mut check: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let last = match check() {
+            Ok(()) => return,
+            Err(last) => last,
+        };
+        assert!(Instant::now() < deadline, "waited {seconds} s for {what}; last: {last}");
+        std::thread::sleep(Duration::from_millis(100));
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/clickhouse.sh");
-    let status = Command::new(&script).arg("up").status().expect("run deploy/local/clickhouse.sh");
-    assert!(status.success(), "deploy/local/clickhouse.sh up failed (its output says why)");
-    "http://127.0.0.1:18123".to_owned()
 }

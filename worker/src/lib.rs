@@ -6,7 +6,7 @@
 
 mod metrics;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -164,7 +164,7 @@ impl<C: Consumer> Worker<C> {
         };
         metrics::REBALANCES.inc();
         metrics::OWNED_PARTITIONS.set(self.consumer.owned().map_or(0, |owned| owned.len()) as i64);
-        let revoked: std::collections::BTreeSet<u32> = change.revoked.iter().copied().collect();
+        let revoked: BTreeSet<u32> = change.revoked.iter().copied().collect();
         let (server_streams, tool_streams) = (&self.server_streams, &self.tool_streams);
         self.servers.retain(|key, _| server_streams.get(key).is_none_or(|s| !revoked.contains(s)));
         self.tools.retain(|key, _| tool_streams.get(key).is_none_or(|s| !revoked.contains(s)));
@@ -369,8 +369,7 @@ impl<C: Consumer> Worker<C> {
             snapshot.latency_ms,
             record.appended_at,
         ));
-        self.server_streams.insert(key.clone(), record.position.partition);
-        dirty.servers.insert(key);
+        dirty.server(key, record);
     }
 
     fn probe_failure(
@@ -393,8 +392,7 @@ impl<C: Consumer> Worker<C> {
             None,
             record.appended_at,
         ));
-        self.server_streams.insert(key.clone(), record.position.partition);
-        dirty.servers.insert(key);
+        dirty.server(key, record);
     }
 
     fn call(&mut self, call: ToolCallRecord, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) {
@@ -408,8 +406,7 @@ impl<C: Consumer> Worker<C> {
             batch.signals.push(signal);
         }
         batch.calls.push((derive_id(OutputKind::ToolCall, &key, record.position), call));
-        self.tool_streams.insert(key.clone(), record.position.partition);
-        dirty.tools.insert(key);
+        dirty.tool(key, record);
     }
 
     fn command(
@@ -444,8 +441,7 @@ impl<C: Consumer> Worker<C> {
                             None,
                             record.appended_at,
                         ));
-                        self.server_streams.insert(key.clone(), record.position.partition);
-                        dirty.servers.insert(key);
+                        dirty.server(key, record);
                     }
                 }
                 apply_outputs(outputs, batch);
@@ -466,7 +462,7 @@ impl<C: Consumer> Worker<C> {
                     let prefix = format!("{project}/");
                     for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
                         state.shrink_to(thresholds.history_window);
-                        dirty.tools.insert(key.clone());
+                        dirty.tools.entry(key.clone()).or_default();
                     }
                     json!({"thresholds": thresholds})
                 }
@@ -477,22 +473,33 @@ impl<C: Consumer> Worker<C> {
         batch.applied_commands.push((command.id().to_owned(), record.appended_at, result));
     }
 
-    /// Serialises every state a record changed, once per batch, with the views the API reads.
-    fn flush_state(&self, batch: &mut Batch, dirty: &Dirty) -> Result<(), WorkerError> {
+    /// Serialises every state a record changed, once per batch, with the views the API reads; each key
+    /// belongs to the stream of the last record that touched it.
+    fn flush_state(&mut self, batch: &mut Batch, dirty: &Dirty) -> Result<(), WorkerError> {
+        for (key, stream) in &dirty.servers {
+            if let Some(stream) = stream {
+                self.server_streams.insert(key.clone(), *stream);
+            }
+        }
+        for (key, stream) in &dirty.tools {
+            if let Some(stream) = stream {
+                self.tool_streams.insert(key.clone(), *stream);
+            }
+        }
         let row = |kind: &str, key: &String, stream: Option<&u32>, json: String| DetectorState {
             kind: kind.to_owned(),
             key: key.clone(),
             stream: stream.copied().unwrap_or_default(),
             state: json,
         };
-        for key in &dirty.servers {
+        for key in dirty.servers.keys() {
             if let Some(state) = self.servers.get(key) {
                 let json = serde_json::to_string(state)
                     .map_err(|err| WorkerError::State { key: key.clone(), reason: err.to_string() })?;
                 batch.states.push(row("server", key, self.server_streams.get(key), json));
             }
         }
-        for key in &dirty.tools {
+        for key in dirty.tools.keys() {
             let Some(state) = self.tools.get(key) else { continue };
             let json = serde_json::to_string(state)
                 .map_err(|err| WorkerError::State { key: key.clone(), reason: err.to_string() })?;
@@ -543,10 +550,22 @@ fn dead_letter(record: &Delivered, reason: String) -> Message {
     }
 }
 
+/// Keys whose state a batch changed, with the stream of the record that changed it (none when an
+/// operator command did, which leaves the key where it is).
 #[derive(Default)]
 struct Dirty {
-    servers: BTreeSet<String>,
-    tools: BTreeSet<String>,
+    servers: BTreeMap<String, Option<u32>>,
+    tools: BTreeMap<String, Option<u32>>,
+}
+
+impl Dirty {
+    fn server(&mut self, key: String, record: &Delivered) {
+        self.servers.insert(key, Some(record.position.partition));
+    }
+
+    fn tool(&mut self, key: String, record: &Delivered) {
+        self.tools.insert(key, Some(record.position.partition));
+    }
 }
 
 fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
