@@ -1,7 +1,7 @@
 //! The production store: ClickHouse over HTTP (the `clickhouse` crate), tables from `schemas/clickhouse/`.
 //!
-//! A batch is written table by table, outputs first and `detector_state` (state + positions, one insert,
-//! so one part) last. Every output row has a deterministic sort key and the tables are ReplacingMergeTree
+//! A batch is written table by table, outputs first (the call rows last of them) and `detector_state`
+//! (state + positions, one insert, so one part) last. Every output row has a deterministic sort key and the tables are ReplacingMergeTree
 //! read with FINAL, so re-writing a batch after a failure or crash changes nothing a query sees.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -421,31 +421,6 @@ impl Store for ClickHouseStore {
             last_per_key(snapshots, |s| (s.project.clone(), s.server_name.clone(), s.schema_hash.clone()));
         self.insert("server_snapshots", &snapshots).await?;
 
-        let calls = batch
-            .calls
-            .iter()
-            .map(|(id, call)| {
-                Ok(CallRow {
-                    project: call.project.clone(),
-                    server: call.server.clone(),
-                    tool: call.tool.clone(),
-                    ingested_at: ms(call.ingested_at),
-                    id: id.clone(),
-                    span_id: call.span_id.clone(),
-                    session_id: call.session_id.clone(),
-                    agent_name: call.agent_name.clone(),
-                    started_at: ms(call.started_at),
-                    duration_ms: call.duration_ms,
-                    status: name(&call.status)?,
-                    error: call.error.clone(),
-                    shape_outcome: call.shape_outcome.as_str().to_owned(),
-                    shape_hash: call.shape_hash.clone(),
-                    compact_bytes: call.compact_bytes,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        self.insert("tool_calls", &calls).await?;
-
         let signals = batch
             .signals
             .iter()
@@ -498,6 +473,32 @@ impl Store for ClickHouseStore {
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
         self.insert("applied_commands", &commands).await?;
+
+        let calls = batch
+            .calls
+            .iter()
+            .map(|(id, call)| {
+                Ok(CallRow {
+                    project: call.project.clone(),
+                    server: call.server.clone(),
+                    tool: call.tool.clone(),
+                    ingested_at: ms(call.ingested_at),
+                    id: id.clone(),
+                    span_id: call.span_id.clone(),
+                    session_id: call.session_id.clone(),
+                    agent_name: call.agent_name.clone(),
+                    started_at: ms(call.started_at),
+                    duration_ms: call.duration_ms,
+                    status: name(&call.status)?,
+                    error: call.error.clone(),
+                    shape_outcome: call.shape_outcome.as_str().to_owned(),
+                    shape_hash: call.shape_hash.clone(),
+                    compact_bytes: call.compact_bytes,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        // The calls come after every other output: a reader that sees a batch's calls sees all of it.
+        self.insert("tool_calls", &calls).await?;
 
         // Last, in one insert: the state and the positions that the outputs above include.
         let mut state: Vec<StateRow> = batch
