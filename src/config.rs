@@ -249,7 +249,8 @@ pub struct DetectorConfig {
     pub min_history_calls: u32,
     pub history_window: u32,
     pub tool_return_value_max_bytes: u32,
-    /// `manual` (an operator accepts each new tool list) or `auto`.
+    /// Default for projects that never set theirs: `compatible` (a new tool list whose changes are all
+    /// COMPATIBLE becomes the baseline at once), `manual` (an operator accepts each), or `auto`.
     pub baseline: BaselinePolicy,
     /// Sessions at which an agent calling a tool with open breaking or warning drift is HIGH risk.
     pub high_risk_sessions: u64,
@@ -262,7 +263,7 @@ impl Default for DetectorConfig {
             min_history_calls: t.min_history_calls,
             history_window: t.history_window,
             tool_return_value_max_bytes: t.tool_return_value_max_bytes,
-            baseline: BaselinePolicy::Manual,
+            baseline: BaselinePolicy::default(),
             high_risk_sessions: 10,
         }
     }
@@ -274,6 +275,7 @@ impl DetectorConfig {
             min_history_calls: self.min_history_calls,
             history_window: self.history_window,
             tool_return_value_max_bytes: self.tool_return_value_max_bytes,
+            baseline: self.baseline,
         }
     }
 }

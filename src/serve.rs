@@ -113,10 +113,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create storage.data_dir {}", data_dir.display()))?;
     }
-    let settings = WorkerSettings {
-        thresholds: config.detector.thresholds(),
-        baseline_policy: config.detector.baseline,
-    };
+    let settings = WorkerSettings { thresholds: config.detector.thresholds() };
     let store = if role == Role::Ingest { None } else { Some(open_store(&config).await?) };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut worker_task = None;

@@ -191,9 +191,9 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     });
     assert_eq!(shape["signal_groups"][0]["occurrences"], 3, "{shape}");
     let history = client.wait_for("/api/health/servers/ext/drift-history", "the tool-list drift", |h| {
-        h["events"].as_array().is_some_and(|e| e.len() == 1)
+        h.as_array().is_some_and(|e| e.len() == 1)
     });
-    assert_eq!(history["events"][0]["changes"][0]["change_type"], "tool_added", "{history}");
+    assert_eq!(history[0]["changes"][0]["change_type"], "tool_added", "{history}");
 
     // The dead-letter topic holds the three malformed records, each with its reason.
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
@@ -331,7 +331,7 @@ fn fleet_outputs(client: &support::Client) -> serde_json::Value {
     for s in 0..FLEET_SERVERS {
         let (_, health) = client.get(&format!("/api/health/servers/s{s}"));
         let (_, history) = client.get(&format!("/api/health/servers/s{s}/drift-history?limit=100"));
-        let events: Vec<serde_json::Value> = history["events"]
+        let events: Vec<serde_json::Value> = history
             .as_array()
             .expect("events")
             .iter()
@@ -423,7 +423,7 @@ fn a_detector_group_that_grows_and_shrinks_gives_every_key_the_single_instance_r
     wait_for_fleet(&client, 4);
     // The acceptance may still be on its way when the calls are in: wait for the last event to settle.
     client.wait_for("/api/health/servers/s0/drift-history", "the accepted drift of s0", |h| {
-        h["events"].as_array().and_then(|e| e.first()).is_some_and(|e| e["status"] == "accepted")
+        h.as_array().and_then(|e| e.first()).is_some_and(|e| e["status"] == "accepted")
     });
     let group = fleet_outputs(&client);
     assert_eq!(group, single);

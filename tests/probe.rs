@@ -110,13 +110,13 @@ fn probes_follow_pages_see_changes_and_mark_a_silent_server_down() {
     }
     client.wait_for("/api/health/servers/live-mcp", "the drift", |s| s["status"] == "DEGRADED");
     let history = client.get("/api/health/servers/live-mcp/drift-history").1;
-    let change = &history["events"][0]["changes"][0];
+    let change = &history[0]["changes"][0];
     assert_eq!(
         (change["change_type"].as_str(), change["tool_name"].as_str()),
         (Some("param_became_required"), Some("tool_3"))
     );
     assert_eq!(
-        history["events"].as_array().map(Vec::len),
+        history.as_array().map(Vec::len),
         Some(1),
         "repeated probes of one change make one event"
     );

@@ -177,13 +177,15 @@ fn one_project_never_sees_another() {
     let nobody = server.client(None);
 
     assert_eq!(alpha.put_json("/api/servers/private/tools", &json!([{"name": "a"}])).0, 202);
-    assert_eq!(alpha.put_json("/api/servers/private/tools", &json!([{"name": "a"}, {"name": "b"}])).0, 202);
+    // A rewritten description waits for an operator under the default policy.
+    let rewritten = json!([{"name": "a", "description": "now documented"}, {"name": "b"}]);
+    assert_eq!(alpha.put_json("/api/servers/private/tools", &rewritten).0, 202);
     assert_eq!(alpha.post_json("/v1/spans", &json!([span("s1", "a", json!({"k": 1}))])).0, 202);
     alpha.wait_for("/api/health/servers", "alpha's server", |s| s[0]["status"] == "DEGRADED");
 
     assert_eq!(beta.get("/api/health/servers"), (200, json!([])));
     assert_eq!(beta.get("/api/health/servers/private").0, 404);
-    assert_eq!(beta.get("/api/health/servers/private/drift-history").1["events"], json!([]));
+    assert_eq!(beta.get("/api/health/servers/private/drift-history").1, json!([]));
     assert_eq!(beta.get("/api/tools").1, json!([]));
     assert_eq!(beta.get("/api/tools/srv/a/shape").0, 404);
     assert_eq!(beta.get("/api/servers/private/tools").1, json!([]));
@@ -217,6 +219,24 @@ fn one_project_never_sees_another() {
     assert_eq!(beta.get("/api/settings/detector-thresholds").1["thresholds"]["min_history_calls"], 10);
     assert_eq!(alpha.get("/api/settings/detector-thresholds").1["thresholds"]["history_window"], 40);
     assert_eq!(reader.put_json("/api/settings/detector-thresholds", &json!({"min_history_calls": 5})).0, 403);
+
+    // The baseline policy is per project: alpha waits for an operator on every change, beta (the
+    // default, compatible) takes a compatible change at once and keeps its event in history.
+    let (status, view) = alpha.put_json("/api/settings/detector-thresholds", &json!({"baseline": "manual"}));
+    assert_eq!((status, view["thresholds"]["baseline"].as_str()), (200, Some("manual")), "{view}");
+    assert_eq!(beta.get("/api/settings/detector-thresholds").1["thresholds"]["baseline"], "compatible");
+    let (status, refused) = alpha.put_json("/api/settings/detector-thresholds", &json!({"baseline": "sometimes"}));
+    assert_eq!(status, 400, "{refused}");
+    let added = |n: usize| json!((0..n).map(|i| json!({"name": format!("t{i}")})).collect::<Vec<_>>());
+    for client in [&alpha, &beta] {
+        assert_eq!(client.put_json("/api/servers/policy/tools", &added(1)).0, 202);
+        assert_eq!(client.put_json("/api/servers/policy/tools", &added(2)).0, 202);
+    }
+    alpha.wait_for("/api/health/servers/policy", "alpha's compatible change open", |s| s["status"] == "DEGRADED");
+    beta.wait_for("/api/health/servers/policy/drift-history", "beta's compatible change accepted", |h| {
+        h[0]["status"] == "accepted" && h[0]["accepted_by"] == "auto"
+    });
+    assert_eq!(beta.get("/api/health/servers/policy").1["status"], "UP");
 }
 
 #[test]

@@ -9,9 +9,11 @@ use axum::{Json, Router};
 use driftline_bus::{Message, Topic};
 #[allow(unused_imports)] // named in the OpenAPI annotations
 use driftline_schemas::api::{
-    AcceptResult, DriftHistory, DriftImpact, ErrorBody, ReturnValueStats, ServerHealth, ShapeDriftList,
-    ThresholdsView, ToolSchema, ToolShape, ToolSummary,
+    AcceptResult, DriftImpact, ErrorBody, ReturnValueStats, ServerHealth, ShapeDriftList, ThresholdsView,
+    ToolSchema, ToolShape, ToolSummary,
 };
+#[allow(unused_imports)] // named in the OpenAPI annotations
+use driftline_schemas::SchemaDriftEvent;
 use driftline_schemas::{DetectorThresholds, OperatorCommand};
 use driftline_store::ImpactQuery;
 use serde_json::{json, Value};
@@ -72,7 +74,7 @@ async fn server(State(state): State<ApiState>, headers: HeaderMap, Path(name): P
 
 #[utoipa::path(get, path = "/api/health/servers/{name}/drift-history", tag = "drift",
     params(("name" = String, Path, description = "Server name"), ("limit" = Option<u32>, Query, description = "1-100, default 10")),
-    responses((status = 200, description = "Events newest first", body = DriftHistory), (status = 400, body = ErrorBody)))]
+    responses((status = 200, description = "A bare array of events, newest first", body = Vec<SchemaDriftEvent>), (status = 400, body = ErrorBody)))]
 async fn drift_history(
     State(state): State<ApiState>,
     headers: HeaderMap,
@@ -82,8 +84,7 @@ async fn drift_history(
     let who = state.auth.authorize(&headers, Scope::Read)?;
     valid_server_name(&name)?;
     let limit = Params(params).int("limit", 10, 1, 100)?;
-    let events = state.store.drift_history(&who.project, &name, limit).await?;
-    ok(DriftHistory { server_name: name, events })
+    ok(state.store.drift_history(&who.project, &name, limit).await?)
 }
 
 #[utoipa::path(get, path = "/api/health/servers/{name}/drift-impact", tag = "drift",

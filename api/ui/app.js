@@ -221,13 +221,14 @@ function eventCard(server, event, onAccepted) {
 }
 
 async function driftTab(server) {
+  // A bare array of events, newest first (the documented drift-history format).
   const history = await get(`/api/health/servers/${encodeURIComponent(server)}/drift-history?limit=100`);
-  if (!history.events.length) {
+  if (!history.length) {
     return [emptyBox(`No drift for ${server}: every tool list it sent matches its baseline.`,
       'A changed tool list (PUT /api/servers/NAME/tools) shows up here, classified.')];
   }
   const rerender = () => route();
-  return [summaryChips(history.events), history.events.map((e) => eventCard(server, e, rerender))];
+  return [summaryChips(history), history.map((e) => eventCard(server, e, rerender))];
 }
 
 function paramCards(schema) {
@@ -337,7 +338,10 @@ async function settingsPage() {
   const form = h('form', { class: 'settings card', id: 'thresholds', onsubmit: async (e) => {
     e.preventDefault();
     const body = {};
-    for (const key of Object.keys(t)) body[key] = Number(form.elements[key].value);
+    for (const key of Object.keys(t)) {
+      if (key !== 'baseline') body[key] = Number(form.elements[key].value);
+    }
+    body.baseline = form.elements.baseline.value;
     try {
       await api('/api/settings/detector-thresholds', { method: 'PUT', body: JSON.stringify(body) });
       message.replaceChildren(h('p', { class: 'form-ok' }, 'Saved.'));
@@ -345,6 +349,13 @@ async function settingsPage() {
       message.replaceChildren(h('p', { class: 'form-error', role: 'alert' }, err.message));
     }
   } },
+  h('h2', {}, 'Tool-list baseline policy'),
+  h('label', { for: 'baseline' }, 'New tool lists'),
+  h('select', { id: 'baseline', name: 'baseline' }, [
+    ['compatible', 'compatible — accept at once when every change is COMPATIBLE'],
+    ['manual', 'manual — every new tool list waits for an operator'],
+    ['auto', 'auto — accept every new tool list at once (its event is kept)'],
+  ].map(([value, label]) => h('option', { value, selected: t.baseline === value ? '' : null }, label))),
   h('h2', {}, 'Return-shape detector thresholds'),
   field('min_history_calls', 'Minimum history calls'),
   field('history_window', 'History window'),

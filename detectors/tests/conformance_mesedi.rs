@@ -271,6 +271,7 @@ fn sequence_thresholds(case: &Value) -> DetectorThresholds {
         min_history_calls: case["min_history_calls"].as_u64().expect("min") as u32,
         history_window: 100,
         tool_return_value_max_bytes: case["tool_return_value_max_bytes"].as_u64().expect("cap") as u32,
+        ..Default::default()
     }
 }
 

@@ -3,10 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{
-    DetectorThresholds, SchemaDriftEvent, ServerStatus, Severity, ShapeOutcome, ShapeRanking, ShapeReason,
-    Timestamp,
-};
+use crate::{DetectorThresholds, ServerStatus, Severity, ShapeOutcome, ShapeRanking, ShapeReason, Timestamp};
 
 /// Open drift of a server, counted by the worst classification of each open event.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -30,12 +27,6 @@ pub struct ServerHealth {
     pub max_severity: Option<Severity>,
     /// Why the server is DOWN, or which drift makes it DEGRADED.
     pub note: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct DriftHistory {
-    pub server_name: String,
-    pub events: Vec<SchemaDriftEvent>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

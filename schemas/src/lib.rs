@@ -18,7 +18,7 @@ pub use commands::{DeadLetter, OperatorCommand};
 pub use ids::{derive_id, InputPosition, OutputKind};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason};
 pub use span::{check_server_name, CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
-pub use thresholds::{DetectorThresholds, ThresholdError};
+pub use thresholds::{BaselinePolicy, DetectorThresholds, ThresholdError};
 pub use time::Timestamp;
 pub use tool_drift::{
     ChangeType, Classification, Direction, EventStatus, SchemaChange, SchemaDriftEvent, SecurityFlag,

@@ -1,6 +1,29 @@
 use serde::{Deserialize, Serialize};
 
-/// Per-project settings of the return-shape detector (DESIGN.md §4).
+/// What a project does with a new tool list (DESIGN.md §5): wait for an operator (`manual`), accept
+/// it at once after recording its event (`auto`), or accept it at once only when every change is
+/// COMPATIBLE (`compatible`, the default: safe upgrades never page anyone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BaselinePolicy {
+    Manual,
+    Auto,
+    #[default]
+    Compatible,
+}
+
+impl BaselinePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BaselinePolicy::Manual => "manual",
+            BaselinePolicy::Auto => "auto",
+            BaselinePolicy::Compatible => "compatible",
+        }
+    }
+}
+
+/// Per-project detector settings: the return-shape detector's thresholds (DESIGN.md §4) and the
+/// tool-list baseline policy (§5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DetectorThresholds {
@@ -10,11 +33,18 @@ pub struct DetectorThresholds {
     pub history_window: u32,
     /// Return values whose compact JSON is strictly longer than this are `oversized`.
     pub tool_return_value_max_bytes: u32,
+    /// When a new tool list becomes the baseline without an operator.
+    pub baseline: BaselinePolicy,
 }
 
 impl Default for DetectorThresholds {
     fn default() -> Self {
-        Self { min_history_calls: 10, history_window: 100, tool_return_value_max_bytes: 8192 }
+        Self {
+            min_history_calls: 10,
+            history_window: 100,
+            tool_return_value_max_bytes: 8192,
+            baseline: BaselinePolicy::default(),
+        }
     }
 }
 
@@ -71,8 +101,12 @@ mod tests {
     use super::*;
 
     fn check(min_history_calls: u32, history_window: u32, max_bytes: u32, expected: Result<(), &str>) {
-        let thresholds =
-            DetectorThresholds { min_history_calls, history_window, tool_return_value_max_bytes: max_bytes };
+        let thresholds = DetectorThresholds {
+            min_history_calls,
+            history_window,
+            tool_return_value_max_bytes: max_bytes,
+            ..Default::default()
+        };
         let got = thresholds.validate().map_err(|err| err.to_string());
         match (got, expected) {
             (Ok(()), Ok(())) => {}

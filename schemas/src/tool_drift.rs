@@ -75,6 +75,14 @@ pub enum ChangeType {
     AnnotationsChanged,
     OutputSchemaAdded,
     OutputSchemaRemoved,
+    /// `execution.taskSupport` changed (MCP 2025-11-25 tasks).
+    ExecutionChanged,
+    /// Tool metadata no rule reads (`icons`, fields newer than this version): display only.
+    MetadataChanged,
+    /// A parameter newly marked `deprecated`.
+    ParamDeprecated,
+    /// A schema annotation (`examples`, `readOnly`, `writeOnly`, `deprecated` lifted): no effect on calls.
+    SchemaAnnotationChanged,
     SchemaChanged,
 }
 
@@ -108,6 +116,10 @@ impl ChangeType {
             ChangeType::AnnotationsChanged => "annotations_changed",
             ChangeType::OutputSchemaAdded => "output_schema_added",
             ChangeType::OutputSchemaRemoved => "output_schema_removed",
+            ChangeType::ExecutionChanged => "execution_changed",
+            ChangeType::MetadataChanged => "metadata_changed",
+            ChangeType::ParamDeprecated => "param_deprecated",
+            ChangeType::SchemaAnnotationChanged => "schema_annotation_changed",
             ChangeType::SchemaChanged => "schema_changed",
         }
     }
@@ -164,6 +176,15 @@ pub struct SchemaChange {
     pub before: Value,
     pub after: Value,
     pub security_flags: Vec<SecurityFlag>,
+    /// The parameter's JSON Schema type on `*_param_added` / `*_param_removed` (`"string | null"`,
+    /// `"any"`), as the documented drift-history API names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param_type: Option<String>,
+    /// The text before and after on description changes, as the documented drift-history API names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_description: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]

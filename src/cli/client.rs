@@ -9,8 +9,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use comfy_table::{presets, Table};
-use driftline_schemas::api::{AcceptResult, DriftHistory, DriftImpact, ServerHealth, ToolSchema};
-use driftline_schemas::{Classification, EventStatus, ServerStatus};
+use driftline_schemas::api::{AcceptResult, DriftImpact, ServerHealth, ThresholdsView, ToolSchema};
+use driftline_schemas::{
+    BaselinePolicy, Classification, EventStatus, SchemaChange, SchemaDriftEvent, ServerStatus,
+};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -160,8 +162,9 @@ pub fn health_table(servers: &[ServerHealth]) -> String {
 
 /// The newest drift event of a server as a structural diff, with the agents each change affects.
 pub fn drift(api: &Api, server: &str, hours: u32) -> anyhow::Result<ExitCode> {
-    let history: DriftHistory = api.get(&format!("/api/health/servers/{server}/drift-history?limit=1"))?;
-    let Some(event) = history.events.first() else {
+    let history: Vec<SchemaDriftEvent> =
+        api.get(&format!("/api/health/servers/{server}/drift-history?limit=1"))?;
+    let Some(event) = history.first() else {
         match api.format() {
             Format::Json => print_json(&Value::Null)?,
             Format::Text => println!("No drift recorded for {server}."),
@@ -229,46 +232,109 @@ fn impact_lines(impact: &DriftImpact) -> Vec<String> {
         .collect()
 }
 
+/// The documented consumer-impact report: which agents call a tool, and what to do about its open drift.
 pub fn drift_impact(api: &Api, server: &str, tool: &str, hours: u32) -> anyhow::Result<ExitCode> {
     let impact: DriftImpact =
         api.get(&format!("/api/health/servers/{server}/drift-impact?tool_name={tool}&hours={hours}"))?;
+    let history: Vec<SchemaDriftEvent> =
+        api.get(&format!("/api/health/servers/{server}/drift-history?limit=100"))?;
+    // The newest open event that changes this tool, and its worst change for the tool.
+    let open = history
+        .iter()
+        .find(|e| e.status == EventStatus::Open && e.changes.iter().any(|c| c.tool_name == tool));
+    let worst =
+        open.and_then(|e| e.changes.iter().filter(|c| c.tool_name == tool).max_by_key(|c| c.classification));
     match api.format() {
         Format::Json => print_json(&impact)?,
-        Format::Text => {
-            println!(
-                "{server} · {tool} · last {}h · {} sessions",
-                impact.window_hours, impact.total_sessions
-            );
-            if let Some(message) = &impact.message {
-                println!("{message}");
-            } else {
-                let mut table = Table::new();
-                table.load_preset(presets::NOTHING).set_header([
-                    "AGENT",
-                    "SESSIONS",
-                    "CALLS",
-                    "ERRORS",
-                    "AVG LATENCY",
-                    "LAST CALL",
-                    "RISK",
-                ]);
-                for c in &impact.consumers {
-                    let risk = serde_json::to_value(c.risk)
-                        .ok()
-                        .and_then(|v| v.as_str().map(String::from))
-                        .unwrap_or_default();
-                    table.add_row([
-                        c.agent_name.clone(),
-                        c.session_count.to_string(),
-                        c.call_count.to_string(),
-                        c.error_count.to_string(),
-                        format!("{:.0} ms", c.avg_latency_ms),
-                        c.last_called_at.to_string(),
-                        risk,
-                    ]);
-                }
-                println!("{table}");
+        Format::Text => print!("{}", impact_report(&impact, open, worst)),
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// The text of `drift-impact`, as the documented CLI prints it.
+pub fn impact_report(
+    impact: &DriftImpact,
+    open: Option<&SchemaDriftEvent>,
+    worst: Option<&SchemaChange>,
+) -> String {
+    let (server, tool) = (&impact.server_name, &impact.tool_name);
+    let mut out = format!("Consumer Impact — {server} / {tool}\n");
+    let change = match worst {
+        Some(change) => {
+            match change.param_name.as_deref().or((!change.path.is_empty()).then_some(change.path.as_str())) {
+                Some(param) => format!("{} ({param})", change.change_type),
+                None => change.change_type.to_string(),
             }
+        }
+        None => "none open".to_owned(),
+    };
+    out.push_str(&format!("Tool: {tool} | Change: {change}\n"));
+    out.push_str(&format!("Window: last {} hours\n\n", impact.window_hours));
+    if let Some(message) = &impact.message {
+        out.push_str(&format!("{message}\n"));
+    } else {
+        let mut table = Table::new();
+        table.load_preset(presets::UTF8_FULL_CONDENSED).set_header([
+            "Agent",
+            "Sessions",
+            "Calls",
+            "Errors",
+            "Avg latency",
+            "Last called",
+            "Risk",
+        ]);
+        for c in &impact.consumers {
+            let risk = serde_json::to_value(c.risk)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            table.add_row([
+                c.agent_name.clone(),
+                c.session_count.to_string(),
+                c.call_count.to_string(),
+                c.error_count.to_string(),
+                format!("{:.0} ms", c.avg_latency_ms),
+                c.last_called_at.to_string(),
+                risk,
+            ]);
+        }
+        out.push_str(&format!("{table}\n"));
+    }
+    out.push_str(&format!(
+        "\nTotal: {} sessions affected in the last {}h.\n",
+        impact.total_sessions, impact.window_hours
+    ));
+    let breaking = open.is_some_and(|e| {
+        e.changes.iter().any(|c| c.tool_name == *tool && c.classification == Classification::Breaking)
+    });
+    if let (true, Some(event)) = (breaking, open) {
+        out.push_str(&format!(
+            "Recommendation: Update callers or roll back {server} to {}.\n",
+            event.previous_hash
+        ));
+    }
+    out
+}
+
+/// The project's detector settings; with `--baseline`, changes the baseline policy first (admin key).
+pub fn settings(api: &Api, baseline: Option<BaselinePolicy>) -> anyhow::Result<ExitCode> {
+    let view: ThresholdsView = match baseline {
+        Some(policy) => {
+            let body = serde_json::json!({ "baseline": policy });
+            let (_, answer) = api.send("PUT", "/api/settings/detector-thresholds", &body)?;
+            serde_json::from_value(answer)
+                .context("unexpected answer from PUT /api/settings/detector-thresholds")?
+        }
+        None => api.get("/api/settings/detector-thresholds")?,
+    };
+    match api.format() {
+        Format::Json => print_json(&view)?,
+        Format::Text => {
+            let t = view.thresholds;
+            println!("baseline policy: {}", t.baseline.as_str());
+            println!("min_history_calls: {}", t.min_history_calls);
+            println!("history_window: {}", t.history_window);
+            println!("tool_return_value_max_bytes: {}", t.tool_return_value_max_bytes);
         }
     }
     Ok(ExitCode::from(EXIT_OK))
@@ -330,4 +396,63 @@ pub fn schema(api: &Api, server: &str) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(EXIT_OK))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check_golden(name: &str, actual: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, actual).expect("write golden");
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(actual, expected, "differs from {} (UPDATE_GOLDEN=1 rewrites it)", path.display());
+    }
+
+    fn impact(consumers: Value, total: u64, message: Option<&str>) -> DriftImpact {
+        serde_json::from_value(json!({"server_name": "search-mcp", "tool_name": "search_web", "window_hours": 24,
+            "consumers": consumers, "total_sessions": total, "message": message}))
+        .expect("impact")
+    }
+
+    fn event(status: &str, classification: &str) -> SchemaDriftEvent {
+        serde_json::from_value(json!({"id": "drift-1", "project": "default", "server_name": "search-mcp",
+            "detected_at": "2026-03-26T08:15:42.000Z", "previous_hash": "a9e31f77", "current_hash": "c4b7d91e",
+            "status": status, "max_classification": classification, "max_severity": null,
+            "previous_tools": [], "current_tools": [],
+            "changes": [{"change_type": "required_param_added", "classification": classification,
+                "tool_name": "search_web", "param_name": "filters", "path": "filters", "direction": "input",
+                "before": null, "after": {"type": "object", "required": true}, "security_flags": [],
+                "param_type": "object"}]}))
+        .expect("event")
+    }
+
+    #[test]
+    fn the_documented_consumer_impact_report() {
+        let consumers = json!([
+            {"agent_name": "planner", "session_count": 12, "call_count": 24, "error_count": 0,
+             "avg_latency_ms": 180.0, "last_called_at": "2026-03-26T08:15:42.000Z", "risk": "HIGH"},
+            {"agent_name": "researcher", "session_count": 3, "call_count": 3, "error_count": 1,
+             "avg_latency_ms": 920.4, "last_called_at": "2026-03-26T07:00:00.000Z", "risk": "MEDIUM"}]);
+        let open = event("open", "BREAKING");
+        let report = impact_report(&impact(consumers, 15, None), Some(&open), open.changes.first());
+        check_golden("drift-impact.txt", &report);
+    }
+
+    #[test]
+    fn no_recommendation_without_open_breaking_drift() {
+        let unused = impact(json!([]), 0, Some(driftline_schemas::api::NO_RECENT_CALLERS));
+        let report = impact_report(&unused, None, None);
+        assert!(report.contains("Tool: search_web | Change: none open\n"), "{report}");
+        assert!(report.contains("No recent callers — tool may be unused.\n"), "{report}");
+        assert!(report.contains("Total: 0 sessions affected in the last 24h.\n"), "{report}");
+        assert!(!report.contains("Recommendation"), "{report}");
+        let warning = event("open", "WARNING");
+        let report = impact_report(&unused, Some(&warning), warning.changes.first());
+        assert!(!report.contains("Recommendation"), "{report}");
+    }
 }

@@ -1,7 +1,8 @@
 //! `driftline demo`: a scripted scenario against a running server, so a new user sees the product work.
 //!
 //! Two servers declare their tools; agents call them; then `search-mcp` ships a new tool list with a
-//! breaking change, a poisoned description and a compatible addition, and `weather-mcp`'s forecast tool
+//! breaking change, a poisoned description and a compatible addition, `weather-mcp` upgrades its MCP SDK
+//! (metadata only: accepted at once under the default policy), and `weather-mcp`'s forecast tool
 //! starts returning a different shape. The demo prints what driftline saw, then accepts the new baseline.
 
 use std::process::ExitCode;
@@ -50,6 +51,20 @@ pub fn weather_v1() -> Value {
         {"name": "get_alerts", "description": "Weather alerts for a region.",
          "inputSchema": {"type": "object", "properties": {"region": {"type": "string"}}, "required": ["region"]}}
     ])
+}
+
+/// weather-mcp after an MCP SDK upgrade: titles, annotation hints at their defaults, the default task
+/// support and a `$schema` keyword. Nothing a client relies on changes.
+pub fn weather_sdk_upgrade() -> Value {
+    let mut tools = weather_v1();
+    for (tool, title) in [(0, "Get forecast"), (1, "Get alerts")] {
+        tools[tool]["title"] = json!(title);
+        tools[tool]["annotations"] = json!({"readOnlyHint": false, "destructiveHint": true,
+            "idempotentHint": false, "openWorldHint": true});
+        tools[tool]["execution"] = json!({"taskSupport": "forbidden"});
+        tools[tool]["inputSchema"]["$schema"] = json!("http://json-schema.org/draft-07/schema#");
+    }
+    tools
 }
 
 fn span(
@@ -164,10 +179,20 @@ pub fn run(api: &Api, accept: bool) -> anyhow::Result<ExitCode> {
         let drift: ShapeDriftList = api.get("/api/shape-drift?hours=24")?;
         Ok(drift.groups.iter().any(|g| g.tool == "get_forecast" && g.occurrences == 3))
     })?;
+    say("4. weather-mcp upgrades its MCP SDK: titles, default annotations, no behaviour change");
+    api.send("PUT", "/api/servers/weather-mcp/tools", &weather_sdk_upgrade())?;
+    wait_until("weather-mcp's upgrade in its history", || {
+        let history: Vec<driftline_schemas::SchemaDriftEvent> =
+            api.get("/api/health/servers/weather-mcp/drift-history?limit=1")?;
+        Ok(history.first().is_some_and(|e| e.status == driftline_schemas::EventStatus::Accepted))
+    })?;
+    say("   every change is COMPATIBLE, so the default policy (compatible) accepted it: weather-mcp stays UP");
     say("\n== driftline health");
     client::health(api, None)?;
     say("\n== driftline drift search-mcp");
     client::drift(api, "search-mcp", 24)?;
+    say("\n== driftline drift-impact search-mcp --tool search_web");
+    client::drift_impact(api, "search-mcp", "search_web", 24)?;
     let drift: ShapeDriftList = api.get("/api/shape-drift?hours=24")?;
     match api.format() {
         Format::Json => println!("{}", serde_json::to_string_pretty(&drift)?),

@@ -87,6 +87,25 @@ enum Command {
         #[command(flatten)]
         connection: client::Connection,
     },
+    /// For users of the documented CLI: `mcp-health` is `health`, `mcp-health --drift SERVER` is `drift SERVER`.
+    McpHealth {
+        /// Show the newest drift of this server instead of the health table.
+        #[arg(long)]
+        drift: Option<String>,
+        #[arg(long)]
+        server: Option<String>,
+        #[arg(long, default_value_t = 24)]
+        hours: u32,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
+    /// The project's detector settings; `--baseline manual|auto|compatible` sets the baseline policy (admin key).
+    Settings {
+        #[arg(long, value_enum)]
+        baseline: Option<PolicyArg>,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
     /// Accept a server's newest tool list as its baseline (admin key).
     DriftAccept {
         server: String,
@@ -120,6 +139,27 @@ struct ServeArgs {
     /// Overrides storage.data_dir.
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
+}
+
+/// `--baseline`: when a new tool list becomes the baseline without an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PolicyArg {
+    /// Every new tool list waits for `drift-accept`.
+    Manual,
+    /// Every new tool list is accepted as it arrives (its event is still recorded).
+    Auto,
+    /// A tool list whose changes are all COMPATIBLE is accepted as it arrives; the rest waits.
+    Compatible,
+}
+
+impl From<PolicyArg> for driftline_schemas::BaselinePolicy {
+    fn from(policy: PolicyArg) -> Self {
+        match policy {
+            PolicyArg::Manual => Self::Manual,
+            PolicyArg::Auto => Self::Auto,
+            PolicyArg::Compatible => Self::Compatible,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -173,6 +213,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Drift { server, hours, connection } => {
             client::drift(&client::Api::new(connection), &server, hours)
+        }
+        Command::McpHealth { drift: Some(server), hours, connection, .. } => {
+            client::drift(&client::Api::new(connection), &server, hours)
+        }
+        Command::McpHealth { drift: None, server, connection, .. } => {
+            client::health(&client::Api::new(connection), server.as_deref())
+        }
+        Command::Settings { baseline, connection } => {
+            client::settings(&client::Api::new(connection), baseline.map(Into::into))
         }
         Command::DriftImpact { server, tool, hours, connection } => {
             client::drift_impact(&client::Api::new(connection), &server, &tool, hours)

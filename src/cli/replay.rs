@@ -47,6 +47,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         min_history_calls: args.min_history_calls.unwrap_or(defaults.min_history_calls),
         history_window: args.history_window.unwrap_or(defaults.history_window),
         tool_return_value_max_bytes: args.max_bytes.unwrap_or(defaults.tool_return_value_max_bytes),
+        ..defaults
     };
     thresholds.validate()?;
     let file =

@@ -167,6 +167,35 @@ test('settings: bounds shown, a bad value explained, the truncation tile', async
   console.log(`settings: ${await shot(page, 'settings')}`);
 });
 
+test('settings: the baseline policy is chosen per project and saved', async () => {
+  const page = await newPage();
+  await page.goto(`${url}/#/settings`);
+  await page.waitForSelector('#baseline');
+  assert.equal(await page.locator('#baseline').inputValue(), 'compatible', 'the default policy');
+  await page.selectOption('#baseline', 'manual');
+  await page.click('#thresholds button[type=submit]');
+  await page.waitForSelector('.form-ok');
+  const saved = await (await fetch(`${url}/api/settings/detector-thresholds`)).json();
+  assert.equal(saved.thresholds.baseline, 'manual');
+  await page.reload();
+  await page.waitForSelector('#baseline');
+  assert.equal(await page.locator('#baseline').inputValue(), 'manual');
+  await page.selectOption('#baseline', 'compatible');
+  await page.click('#thresholds button[type=submit]');
+  await page.waitForSelector('.form-ok');
+});
+
+test('an SDK upgrade that changes nothing for clients is in history, accepted, and the server UP', async () => {
+  const page = await newPage();
+  await page.goto(`${url}/#/servers/weather-mcp/drift`);
+  await page.waitForSelector('article.event');
+  await page.waitForSelector('h1 .status-UP');
+  assert.match(await page.locator('article.event .event-status').first().innerText(), /accepted by auto/);
+  assert.deepEqual(await page.locator('article.event .badge.kind').allInnerTexts(), ['title_changed', 'title_changed']);
+  assert.equal(await page.locator('button.accept').count(), 0);
+  console.log(`sdk upgrade: ${await shot(page, 'sdk-upgrade')}`);
+});
+
 test('accepting the baseline turns the server UP and keeps the event, marked accepted', async () => {
   const page = await newPage();
   await page.goto(`${url}/#/servers/search-mcp/drift`);

@@ -292,7 +292,7 @@ pub fn stream_part(client: &Client, part: usize) {
 /// Everything a user can query that the detectors produced, without ingest times.
 pub fn outputs(client: &Client) -> Value {
     let history = client.get("/api/health/servers/srv/drift-history?limit=100").1;
-    let events: Vec<Value> = history["events"]
+    let events: Vec<Value> = history
         .as_array()
         .expect("events")
         .iter()
@@ -397,6 +397,12 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
         "Impact: planner — 12 sessions, 24 calls, 0 errors in 24h (HIGH risk)",
         "Impact: researcher — 3 sessions, 3 calls, 1 errors in 24h (MEDIUM risk)",
         "tool_schema_drift:get_forecast:08ed04f6 · BREAKING · 3 calls",
+        "weather-mcp stays UP",
+        "Consumer Impact — search-mcp / search_web",
+        "Tool: search_web | Change: required_param_added (filters)",
+        "Window: last 24 hours",
+        "Total: 15 sessions affected in the last 24h.",
+        "Recommendation: Update callers or roll back search-mcp to ",
         "Accepted search-mcp",
         "2/2 servers healthy",
     ] {
@@ -421,7 +427,7 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
     assert_eq!(names, [("search-mcp", "UP", 4), ("weather-mcp", "UP", 2)]);
 
     let (_, history) = client.get("/api/health/servers/search-mcp/drift-history?limit=10");
-    let events = history["events"].as_array().expect("events");
+    let events = history.as_array().expect("events");
     assert_eq!(events.len(), 1);
     let event = &events[0];
     assert_eq!((event["status"].as_str(), event["accepted_by"].as_str()), (Some("accepted"), Some("local")));
@@ -441,6 +447,21 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
             ("required_param_added", "BREAKING")
         ]
     );
+    // The documented fields ride on the changes.
+    let changes = &event["changes"];
+    assert_eq!(changes[0]["old_description"], "Fetch a web page as markdown.");
+    assert!(changes[0]["new_description"].as_str().is_some_and(|d| d.contains("<IMPORTANT>")));
+    assert_eq!((changes[2]["param_type"].as_str(), changes[2]["param_name"].as_str()), (Some("object"), Some("filters")));
+
+    // An SDK upgrade that changes nothing a client relies on: recorded, accepted at once, still UP.
+    let (_, weather) = client.get("/api/health/servers/weather-mcp/drift-history");
+    let upgrade = &weather[0];
+    assert_eq!(weather.as_array().map(Vec::len), Some(1), "{weather}");
+    assert_eq!((upgrade["status"].as_str(), upgrade["accepted_by"].as_str()), (Some("accepted"), Some("auto")));
+    assert_eq!(upgrade["max_classification"], "COMPATIBLE");
+    let kinds: Vec<&str> =
+        upgrade["changes"].as_array().expect("changes").iter().filter_map(|c| c["change_type"].as_str()).collect();
+    assert_eq!(kinds, ["title_changed", "title_changed"], "only the titles are news: {upgrade}");
 
     // Risk follows open drift: once accepted, the callers of search_web are no longer at risk.
     let (_, impact) = client.get("/api/health/servers/search-mcp/drift-impact?tool_name=search_web&hours=24");
@@ -499,10 +520,11 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
     let metrics = deployment.metrics();
     for series in [
         "driftline_ingest_spans_total{result=\"accepted\"} 50",
-        "driftline_ingest_tool_lists_total{result=\"accepted\"} 3",
+        "driftline_ingest_tool_lists_total{result=\"accepted\"} 4",
         "driftline_http_requests_total{method=\"POST\",route=\"/v1/spans\",status=\"202\"} 1",
-        "driftline_http_requests_total{method=\"PUT\",route=\"/api/servers/{name}/tools\",status=\"202\"} 3",
+        "driftline_http_requests_total{method=\"PUT\",route=\"/api/servers/{name}/tools\",status=\"202\"} 4",
         "driftline_drift_events_total{classification=\"BREAKING\"} 1",
+        "driftline_drift_events_total{classification=\"COMPATIBLE\"} 1",
         "driftline_drift_events_high_severity_total 1",
         "driftline_shape_signals_total{ranking=\"breaking\"} 3",
         "driftline_worker_consumer_lag 0",

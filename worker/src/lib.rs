@@ -14,8 +14,7 @@ use driftline_bus::{BusError, Consumer, Delivered, Message, Positions, Producer,
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{
-    normalize_tools, schema_hash, short_hash, BaselinePolicy, HashedTools, RecordContext, ServerState,
-    ToolListOutput,
+    normalize_tools, schema_hash, short_hash, HashedTools, RecordContext, ServerState, ToolListOutput,
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
@@ -40,8 +39,8 @@ pub enum WorkerError {
 /// Settings the worker applies to every project unless the project changed them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WorkerSettings {
+    /// Including the baseline policy (`thresholds.baseline`).
     pub thresholds: DetectorThresholds,
-    pub baseline_policy: BaselinePolicy,
 }
 
 pub struct Worker<C> {
@@ -341,7 +340,7 @@ impl<C: Consumer> Worker<C> {
         dirty: &mut Dirty,
     ) {
         let key = snapshot.key();
-        let policy = self.settings.baseline_policy;
+        let policy = self.thresholds_of(&snapshot.project).baseline;
         let state = self.servers.entry(key.clone()).or_default();
         let context = RecordContext {
             project: &snapshot.project,

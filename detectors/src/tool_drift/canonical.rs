@@ -1,107 +1,14 @@
-//! Canonical form and hash of a tool list (DESIGN.md §5 "Canonical hash").
+//! Canonical JSON and the hash of a tool list (DESIGN.md §5 "Canonical hash").
 //!
-//! Tools are normalised once, and both the hash and the diff read the normalised form, so that two
-//! lists hash alike exactly when the diff finds nothing between them.
+//! The hash reads the normal form of `normal.rs`, as the diff does, so that two lists hash alike
+//! exactly when the diff finds nothing between them.
 
 use std::cmp::Ordering;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// A tool as the detector reads it: `_meta` and null members dropped, a missing `inputSchema` read as
-/// `{}`, and every order-free array in its schemas sorted.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NormalTool {
-    pub name: String,
-    /// The tool object without `name`.
-    pub definition: Map<String, Value>,
-}
-
-/// Normalises a declared tool list: entries that are not objects with a string `name` are not tools and
-/// are left out; of two tools with one name the later wins (as with duplicate JSON keys). Sorted by name.
-pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
-    let mut normal: Vec<NormalTool> = Vec::with_capacity(tools.len());
-    for tool in tools {
-        let Some(object) = tool.as_object() else { continue };
-        let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
-        let mut definition = Map::new();
-        for (key, value) in object {
-            if key == "name" || key == "_meta" || value.is_null() {
-                continue;
-            }
-            let value = match key.as_str() {
-                "inputSchema" | "outputSchema" => normalize_schema(value),
-                _ => value.clone(),
-            };
-            definition.insert(key.clone(), value);
-        }
-        // MCP requires both schemas to be of type object; saying so or not is no change.
-        let input = definition.entry("inputSchema").or_insert_with(|| Value::Object(Map::new()));
-        if let Some(schema) = input.as_object_mut() {
-            schema.entry("type").or_insert_with(|| Value::String("object".into()));
-        }
-        if let Some(schema) = definition.get_mut("outputSchema").and_then(Value::as_object_mut) {
-            schema.entry("type").or_insert_with(|| Value::String("object".into()));
-        }
-        normal.retain(|t| t.name != name);
-        normal.push(NormalTool { name: name.to_owned(), definition });
-    }
-    normal.sort_by(|a, b| a.name.cmp(&b.name));
-    normal
-}
-
-/// Keywords whose value is a schema, a map of schemas, or a list of schemas (JSON Schema 2020-12 and
-/// the drafts MCP servers still send).
-const SCHEMA_KEYWORDS: &[&str] = &[
-    "items",
-    "additionalItems",
-    "additionalProperties",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "contains",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-];
-const SCHEMA_MAP_KEYWORDS: &[&str] =
-    &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
-const SCHEMA_LIST_KEYWORDS: &[&str] = &["anyOf", "oneOf", "allOf", "prefixItems"];
-
-/// Sorts (and dedupes) the arrays whose order carries no meaning — `required`, `enum`, a `type` list —
-/// wherever a schema can sit; a one-element `type` list becomes the plain type. Data (`default`,
-/// `const`, `examples`) is left as written.
-pub fn normalize_schema(schema: &Value) -> Value {
-    let Some(object) = schema.as_object() else { return schema.clone() };
-    let mut out = Map::new();
-    for (key, value) in object {
-        let normal = match (key.as_str(), value) {
-            ("required" | "enum", Value::Array(items)) => Value::Array(sorted_unique(items)),
-            ("type", Value::Array(items)) => match sorted_unique(items).as_slice() {
-                [single] => single.clone(),
-                many => Value::Array(many.to_vec()),
-            },
-            (k, Value::Object(map)) if SCHEMA_MAP_KEYWORDS.contains(&k) => {
-                Value::Object(map.iter().map(|(name, s)| (name.clone(), normalize_schema(s))).collect())
-            }
-            (k, Value::Array(items)) if SCHEMA_LIST_KEYWORDS.contains(&k) || k == "items" => {
-                Value::Array(items.iter().map(normalize_schema).collect())
-            }
-            (k, value) if SCHEMA_KEYWORDS.contains(&k) => normalize_schema(value),
-            (_, value) => value.clone(),
-        };
-        out.insert(key.clone(), normal);
-    }
-    Value::Object(out)
-}
-
-fn sorted_unique(items: &[Value]) -> Vec<Value> {
-    let mut keyed: Vec<(String, &Value)> = items.iter().map(|v| (canonical_json(v), v)).collect();
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    keyed.dedup_by(|a, b| a.0 == b.0);
-    keyed.into_iter().map(|(_, v)| v.clone()).collect()
-}
+use super::normal::{normalize_tools, NormalTool};
 
 /// RFC 8785 (JCS) serialization: keys sorted by UTF-16 code units, no whitespace, numbers as ECMAScript
 /// writes IEEE doubles, strings with the minimal JSON escapes.
@@ -207,37 +114,6 @@ mod tests {
         check(json!({"b": 1, "a": [true, null], "": {}}), r#"{"":{},"a":[true,null],"b":1}"#);
         // U+E000 sorts after U+1F600 in UTF-8 but before it in UTF-16 (a surrogate pair starts 0xD83D).
         check(json!({"\u{e000}": 1, "\u{1f600}": 2}), "{\"\u{1f600}\":2,\"\u{e000}\":1}");
-    }
-
-    #[test]
-    fn order_free_arrays_are_sorted_where_schemas_sit() {
-        let schema = json!({"type": ["string", "null", "string"], "required": ["b", "a"],
-            "properties": {"f": {"enum": [3, 1, 2], "default": [3, 1]}, "g": {"type": ["integer"]}},
-            "anyOf": [{"required": ["y", "x"]}]});
-        assert_eq!(
-            normalize_schema(&schema),
-            json!({"type": ["null", "string"], "required": ["a", "b"],
-                "properties": {"f": {"enum": [1, 2, 3], "default": [3, 1]}, "g": {"type": "integer"}},
-                "anyOf": [{"required": ["x", "y"]}]})
-        );
-    }
-
-    #[test]
-    fn normalisation() {
-        let tools = json!([
-            {"name": "b", "description": null, "_meta": {"x": 1}},
-            "not a tool",
-            {"description": "no name"},
-            {"name": "a", "inputSchema": {"type": "object"}},
-            {"name": "b", "description": "later wins"}
-        ]);
-        let normal = normalize_tools(tools.as_array().expect("array"));
-        let names: Vec<&str> = normal.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["a", "b"]);
-        assert_eq!(
-            Value::Object(normal[1].definition.clone()),
-            json!({"description": "later wins", "inputSchema": {"type": "object"}})
-        );
     }
 
     #[test]

@@ -39,6 +39,12 @@ const fn table(kind: ChangeType) -> (Classification, Classification) {
         | ChangeType::SchemaChanged => (W, W),
         ChangeType::OutputSchemaAdded => (C, C),
         ChangeType::OutputSchemaRemoved => (W, W),
+        // The diff refines these by what changed (see `diff.rs`): a task mode taken away is BREAKING,
+        // a title added unflagged or an idempotent/open-world hint is COMPATIBLE.
+        ChangeType::ExecutionChanged => (C, C),
+        ChangeType::MetadataChanged => (C, C),
+        ChangeType::ParamDeprecated => (W, W),
+        ChangeType::SchemaAnnotationChanged => (C, C),
     }
 }
 

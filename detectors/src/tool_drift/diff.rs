@@ -4,13 +4,15 @@
 //! one, otherwise as `schema_changed` (WARNING) at the deepest schema that differs. So a changed
 //! `schema_hash` always comes with at least one change.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use driftline_schemas::{ChangeType, Classification, Direction, SchemaChange, SecurityFlag, Severity};
 use serde_json::{json, Map, Value};
 
-use super::canonical::{canonical_json, definition_hash, normalize_tools, NormalTool};
+use super::canonical::{canonical_json, definition_hash};
 use super::classify::classify;
+use super::normal::{normalize_tools, NormalTool, ANNOTATION_DEFAULTS};
 use super::security::{self, review_text, TextContext, FREE_TEXT_PARAMETERS};
 
 /// Diffs two declared tool lists: what changed from `old` (the accepted baseline) to `new`.
@@ -119,7 +121,8 @@ enum Segment {
     Property(String),
     Items,
     AdditionalProperties,
-    Field(&'static str),
+    /// A tool field that is not a parameter (`annotations`, `execution`, `icons`).
+    Field(String),
 }
 
 impl Path {
@@ -179,6 +182,10 @@ const HANDLED_KEYWORDS: &[&str] = &[
     "default",
     "description",
     "title",
+    "deprecated",
+    "examples",
+    "readOnly",
+    "writeOnly",
     "minimum",
     "exclusiveMinimum",
     "minLength",
@@ -192,11 +199,10 @@ const HANDLED_KEYWORDS: &[&str] = &[
     "maxProperties",
     "maxContains",
 ];
-const LOWER_BOUNDS: &[&str] =
-    &["minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"];
-const UPPER_BOUNDS: &[&str] =
-    &["maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"];
-const TOOL_FIELDS: &[&str] = &["description", "title", "annotations", "inputSchema", "outputSchema"];
+const SIZE_LOWER_BOUNDS: &[&str] = &["minLength", "minItems", "minProperties", "minContains"];
+const SIZE_UPPER_BOUNDS: &[&str] = &["maxLength", "maxItems", "maxProperties", "maxContains"];
+const TOOL_FIELDS: &[&str] =
+    &["description", "title", "annotations", "execution", "inputSchema", "outputSchema"];
 
 struct ToolDiffer<'a> {
     tool: &'a str,
@@ -205,6 +211,7 @@ struct ToolDiffer<'a> {
 }
 
 impl ToolDiffer<'_> {
+    /// Records a change classified by the table.
     fn emit(
         &mut self,
         change_type: ChangeType,
@@ -214,17 +221,58 @@ impl ToolDiffer<'_> {
         after: Value,
         security_flags: Vec<SecurityFlag>,
     ) {
-        self.changes.push(SchemaChange {
-            change_type,
-            classification: classify(change_type, direction),
-            tool_name: self.tool.to_owned(),
-            param_name: path.param_name(),
-            path: path.render(),
-            direction,
-            before,
-            after,
-            security_flags,
-        });
+        self.push(change_type, direction, path, before, after, security_flags);
+    }
+
+    /// Records a change classified by the table; the caller refines the returned change.
+    fn push(
+        &mut self,
+        change_type: ChangeType,
+        direction: Option<Direction>,
+        path: &Path,
+        before: Value,
+        after: Value,
+        security_flags: Vec<SecurityFlag>,
+    ) -> &mut SchemaChange {
+        let change = self.change(change_type, direction, path, before, after, security_flags);
+        let index = self.changes.len();
+        self.changes.push(change);
+        &mut self.changes[index]
+    }
+
+    /// A description (of the tool or of a schema) changed: WARNING, with both texts reviewed.
+    fn description(
+        &mut self,
+        kind: ChangeType,
+        direction: Option<Direction>,
+        path: &Path,
+        before: Option<&Value>,
+        after: Option<&Value>,
+    ) {
+        let flags = self.review(after, before);
+        let change = self.push(kind, direction, path, or_null(before), or_null(after), flags);
+        change.old_description = Some(before.and_then(Value::as_str).unwrap_or_default().to_owned());
+        change.new_description = Some(after.and_then(Value::as_str).unwrap_or_default().to_owned());
+    }
+
+    /// A title is what people see: a new one is COMPATIBLE unless the review flags it, a rewritten one
+    /// WARNING (a rename in disguise or poisoning), a dropped one COMPATIBLE. Inside a schema a title is
+    /// a label generated from the name: COMPATIBLE unless flagged.
+    fn title(
+        &mut self,
+        direction: Option<Direction>,
+        path: &Path,
+        before: Option<&Value>,
+        after: Option<&Value>,
+        in_schema: bool,
+    ) {
+        let flags = self.review(after, before);
+        let rewritten = before.is_some() && after.is_some() && !in_schema;
+        let classification =
+            if rewritten || !flags.is_empty() { Classification::Warning } else { Classification::Compatible };
+        let change =
+            self.push(ChangeType::TitleChanged, direction, path, or_null(before), or_null(after), flags);
+        change.classification = classification;
     }
 
     fn review(&self, new: Option<&Value>, old: Option<&Value>) -> Vec<SecurityFlag> {
@@ -240,50 +288,59 @@ impl ToolDiffer<'_> {
     fn tool(&mut self, old: &Map<String, Value>, new: &Map<String, Value>) {
         let start = self.changes.len();
         let root = Path::root();
-        for (key, kind) in
-            [("description", ChangeType::DescriptionChanged), ("title", ChangeType::TitleChanged)]
-        {
-            let (before, after) = (old.get(key), new.get(key));
-            if before != after {
-                let flags = self.review(after, before);
-                self.emit(kind, None, &root, or_null(before), or_null(after), flags);
-            }
+        if old.get("description") != new.get("description") {
+            self.description(
+                ChangeType::DescriptionChanged,
+                None,
+                &root,
+                old.get("description"),
+                new.get("description"),
+            );
+        }
+        if old.get("title") != new.get("title") {
+            self.title(None, &root, old.get("title"), new.get("title"), false);
         }
         self.annotations(old.get("annotations"), new.get("annotations"));
+        self.execution(old.get("execution"), new.get("execution"));
         let empty = Value::Object(Map::new());
         let input = (old.get("inputSchema").unwrap_or(&empty), new.get("inputSchema").unwrap_or(&empty));
         self.schema(input.0, input.1, Direction::Input, &root);
         match (old.get("outputSchema"), new.get("outputSchema")) {
-            (None, Some(_)) => self.emit(
-                ChangeType::OutputSchemaAdded,
-                Some(Direction::Output),
-                &root,
-                Value::Null,
-                Value::Null,
-                vec![],
-            ),
-            (Some(_), None) => self.emit(
-                ChangeType::OutputSchemaRemoved,
-                Some(Direction::Output),
-                &root,
-                Value::Null,
-                Value::Null,
-                vec![],
-            ),
+            (None, Some(_)) => {
+                self.emit(
+                    ChangeType::OutputSchemaAdded,
+                    Some(Direction::Output),
+                    &root,
+                    Value::Null,
+                    Value::Null,
+                    vec![],
+                );
+            }
+            (Some(_), None) => {
+                self.emit(
+                    ChangeType::OutputSchemaRemoved,
+                    Some(Direction::Output),
+                    &root,
+                    Value::Null,
+                    Value::Null,
+                    vec![],
+                );
+            }
             (Some(before), Some(after)) => self.schema(before, after, Direction::Output, &root),
             (None, None) => {}
         }
+        // Metadata no rule reads (`icons`, fields newer than this version): shown, never relied on.
         let others: BTreeSet<&String> =
             old.keys().chain(new.keys()).filter(|k| !TOOL_FIELDS.contains(&k.as_str())).collect();
         for key in others {
             if differs(old.get(key), new.get(key)) {
-                let path = Path::root();
+                let path = Path::root().join(Segment::Field(key.clone()));
                 self.emit(
-                    ChangeType::SchemaChanged,
+                    ChangeType::MetadataChanged,
                     None,
                     &path,
-                    keyword(key, old.get(key)),
-                    keyword(key, new.get(key)),
+                    or_null(old.get(key)),
+                    or_null(new.get(key)),
                     vec![],
                 );
             }
@@ -291,6 +348,63 @@ impl ToolDiffer<'_> {
         self.flag_exfiltration_parameter(start);
         if self.changes.len() == start && differs_map(old, new) {
             self.emit(ChangeType::SchemaChanged, None, &root, Value::Null, Value::Null, vec![]);
+        }
+    }
+
+    /// `execution.taskSupport` ("forbidden" by default): the ways a client may call the tool. Offering
+    /// another way is COMPATIBLE; taking one away (requiring a task, or refusing one) is BREAKING.
+    fn execution(&mut self, old: Option<&Value>, new: Option<&Value>) {
+        if !differs(old, new) {
+            return;
+        }
+        let base = Path::root().join(Segment::Field("execution".into()));
+        fn support(execution: Option<&Value>) -> Option<&str> {
+            match execution.map(|e| e.get("taskSupport")) {
+                None | Some(None) => Some("forbidden"),
+                Some(Some(Value::String(s))) => Some(s.as_str()),
+                Some(Some(_)) => None,
+            }
+        }
+        let modes = |support: Option<&str>| match support {
+            Some("forbidden") => Some((true, false)),
+            Some("optional") => Some((true, true)),
+            Some("required") => Some((false, true)),
+            _ => None,
+        };
+        let (before, after) = (support(old), support(new));
+        if before != after {
+            let classification = match (modes(before), modes(after)) {
+                (Some((plain_a, task_a)), Some((plain_b, task_b))) => {
+                    if (plain_a && !plain_b) || (task_a && !task_b) {
+                        Classification::Breaking
+                    } else {
+                        Classification::Compatible
+                    }
+                }
+                _ => Classification::Warning,
+            };
+            let path = base.join(Segment::Property("taskSupport".into()));
+            let change =
+                self.push(ChangeType::ExecutionChanged, None, &path, json!(before), json!(after), vec![]);
+            change.classification = classification;
+        }
+        // Anything else under `execution` is newer than this version: metadata.
+        let strip = |execution: Option<&Value>| {
+            execution.and_then(Value::as_object).map(|o| {
+                let mut o = o.clone();
+                o.remove("taskSupport");
+                Value::Object(o)
+            })
+        };
+        let (rest_old, rest_new) = (strip(old), strip(new));
+        let non_objects = !old.is_none_or(Value::is_object) || !new.is_none_or(Value::is_object);
+        if non_objects
+            || differs(
+                rest_old.as_ref().filter(|v| v != &&json!({})),
+                rest_new.as_ref().filter(|v| v != &&json!({})),
+            )
+        {
+            self.emit(ChangeType::MetadataChanged, None, &base, or_null(old), or_null(new), vec![]);
         }
     }
 
@@ -322,9 +436,12 @@ impl ToolDiffer<'_> {
         }
     }
 
+    /// Tool annotations by effective value (the normal form dropped hints at their MCP default). The
+    /// safety hints (`readOnlyHint`, `destructiveHint`) are WARNING either way: toward risk is flagged,
+    /// and a tool newly claiming to be safe may be auto-approved by clients. The others are COMPATIBLE.
     fn annotations(&mut self, old: Option<&Value>, new: Option<&Value>) {
         let empty = Map::new();
-        let base = Path::root().join(Segment::Field("annotations"));
+        let base = Path::root().join(Segment::Field("annotations".into()));
         let (old_map, new_map) = match (old, new) {
             (None | Some(Value::Object(_)), None | Some(Value::Object(_))) => (
                 old.and_then(Value::as_object).unwrap_or(&empty),
@@ -348,18 +465,34 @@ impl ToolDiffer<'_> {
         let keys: BTreeSet<&String> = old_map.keys().chain(new_map.keys()).collect();
         for key in keys {
             let (before, after) = (old_map.get(key), new_map.get(key));
-            if before != after {
-                let mut flags = if key == "title" { self.review(after, before) } else { Vec::new() };
-                flags.append(&mut risk);
-                let path = base.join(Segment::Property(key.clone()));
-                self.emit(
-                    ChangeType::AnnotationsChanged,
-                    None,
-                    &path,
-                    or_null(before),
-                    or_null(after),
-                    flags,
-                );
+            if before == after {
+                continue;
+            }
+            let path = base.join(Segment::Property(key.clone()));
+            if key == "title" {
+                self.title(None, &path, before, after, false);
+                if let Some(change) = self.changes.last_mut() {
+                    change.change_type = ChangeType::AnnotationsChanged;
+                }
+                continue;
+            }
+            let effective =
+                |value: Option<&Value>| match ANNOTATION_DEFAULTS.iter().find(|(hint, _)| hint == key) {
+                    Some((_, default)) => value.cloned().unwrap_or(Value::Bool(*default)),
+                    None => or_null(value),
+                };
+            let safety = key == "readOnlyHint" || key == "destructiveHint";
+            let flags = if safety { std::mem::take(&mut risk) } else { Vec::new() };
+            let change = self.push(
+                ChangeType::AnnotationsChanged,
+                None,
+                &path,
+                effective(before),
+                effective(after),
+                flags,
+            );
+            if !safety {
+                change.classification = Classification::Compatible;
             }
         }
     }
@@ -383,6 +516,9 @@ impl ToolDiffer<'_> {
             before,
             after,
             security_flags,
+            param_type: None,
+            old_description: None,
+            new_description: None,
         }
     }
 
@@ -390,7 +526,8 @@ impl ToolDiffer<'_> {
     fn schema(&mut self, old: &Value, new: &Value, direction: Direction, path: &Path) {
         let start = self.changes.len();
         if let (Some(old_map), Some(new_map)) = (old.as_object(), new.as_object()) {
-            self.schema_object(old_map, new_map, direction, path);
+            let (old_map, new_map) = lift_into_union(old_map, new_map);
+            self.schema_object(&old_map, &new_map, direction, path);
         }
         if self.changes.len() == start && differs(Some(old), Some(new)) {
             self.emit(ChangeType::SchemaChanged, Some(direction), path, old.clone(), new.clone(), vec![]);
@@ -422,15 +559,14 @@ impl ToolDiffer<'_> {
                 self.emit(kind, Some(dir), path, or_null(old.get(key)), or_null(new.get(key)), vec![]);
             }
         }
-        for (key, kind) in
-            [("description", ChangeType::ParamDescriptionChanged), ("title", ChangeType::TitleChanged)]
-        {
-            let (before, after) = (old.get(key), new.get(key));
-            if before != after {
-                let flags = self.review(after, before);
-                self.emit(kind, Some(dir), path, or_null(before), or_null(after), flags);
-            }
+        if old.get("description") != new.get("description") {
+            let (before, after) = (old.get("description"), new.get("description"));
+            self.description(ChangeType::ParamDescriptionChanged, Some(dir), path, before, after);
         }
+        if old.get("title") != new.get("title") {
+            self.title(Some(dir), path, old.get("title"), new.get("title"), true);
+        }
+        self.schema_annotations(old, new, dir, path);
         let others: BTreeSet<&String> =
             old.keys().chain(new.keys()).filter(|k| !HANDLED_KEYWORDS.contains(&k.as_str())).collect();
         for key in others {
@@ -540,14 +676,9 @@ impl ToolDiffer<'_> {
                         texts
                     };
                     let flags = texts.into_iter().flat_map(|t| self.review(Some(&json!(t)), None)).collect();
-                    self.emit(
-                        kind,
-                        Some(dir),
-                        &child,
-                        Value::Null,
-                        param_summary(schema, is_required),
-                        flags,
-                    );
+                    let summary = param_summary(schema, is_required);
+                    let change = self.push(kind, Some(dir), &child, Value::Null, summary, flags);
+                    change.param_type = Some(param_type(schema));
                 }
                 (Some(schema), None) => {
                     let kind = if was_required {
@@ -567,6 +698,7 @@ impl ToolDiffer<'_> {
                         // Sending the old parameter is now an error: the schema forbids unknown properties.
                         change.classification = Classification::Breaking;
                     }
+                    change.param_type = Some(param_type(schema));
                     self.changes.push(change);
                 }
                 (Some(before), Some(after)) => {
@@ -619,28 +751,22 @@ impl ToolDiffer<'_> {
             (Some(a @ Value::Object(_)), Some(b @ Value::Object(_))) => {
                 self.schema(a, b, dir, &path.join(Segment::Items))
             }
-            (None, Some(Value::Object(_))) => self.emit(
-                ChangeType::ConstraintTightened,
-                Some(dir),
-                path,
-                keyword("items", None),
-                keyword("items", new.get("items")),
-                vec![],
-            ),
-            (Some(Value::Object(_)), None) => self.emit(
-                ChangeType::ConstraintRelaxed,
-                Some(dir),
-                path,
-                keyword("items", old.get("items")),
-                keyword("items", None),
-                vec![],
-            ),
+            (None, Some(Value::Object(_))) => {
+                let (before, after) = (keyword("items", None), keyword("items", new.get("items")));
+                self.emit(ChangeType::ConstraintTightened, Some(dir), path, before, after, vec![]);
+            }
+            (Some(Value::Object(_)), None) => {
+                let (before, after) = (keyword("items", old.get("items")), keyword("items", None));
+                self.emit(ChangeType::ConstraintRelaxed, Some(dir), path, before, after, vec![]);
+            }
             _ => {} // tuple forms and boolean schemas: covered by the fallback
         }
     }
 
     /// anyOf / oneOf: a branch removed tightens, a branch added relaxes. A union of bare types is read
-    /// as a type list by [`Self::types`] instead.
+    /// as a type list by [`Self::types`] instead. A branch that changed is diffed against its old self
+    /// when it can be told apart from the others by its type (a nullable object that gained a
+    /// property is the object's change, not a branch swapped for another).
     fn branches(
         &mut self,
         key: &str,
@@ -655,40 +781,71 @@ impl ToolDiffer<'_> {
             return;
         }
         match (before.and_then(Value::as_array), after.and_then(Value::as_array)) {
-            (None, Some(_)) => self.emit(
-                ChangeType::ConstraintTightened,
-                Some(dir),
-                path,
-                keyword(key, None),
-                keyword(key, after),
-                vec![],
-            ),
-            (Some(_), None) => self.emit(
-                ChangeType::ConstraintRelaxed,
-                Some(dir),
-                path,
-                keyword(key, before),
-                keyword(key, None),
-                vec![],
-            ),
+            (None, Some(_)) => {
+                self.emit(
+                    ChangeType::ConstraintTightened,
+                    Some(dir),
+                    path,
+                    keyword(key, None),
+                    keyword(key, after),
+                    vec![],
+                );
+            }
+            (Some(_), None) => {
+                self.emit(
+                    ChangeType::ConstraintRelaxed,
+                    Some(dir),
+                    path,
+                    keyword(key, before),
+                    keyword(key, None),
+                    vec![],
+                );
+            }
             (Some(a), Some(b)) => {
-                for gone in missing_from(a, b) {
+                let mut gone = missing_from(a, b);
+                let mut came = missing_from(b, a);
+                let mut pairs: Vec<(&Value, &Value)> = Vec::new();
+                // The most specific key first: types and property names, then types alone.
+                for by_properties in [true, false] {
+                    let signature = |branch: &Value| branch_signature(branch, by_properties);
+                    let unique = |list: &[&Value], sig: &String| {
+                        list.iter().filter(|v| signature(v).as_ref() == Some(sig)).count() == 1
+                    };
+                    for old_branch in gone.clone() {
+                        let Some(sig) = signature(old_branch) else { continue };
+                        if pairs.iter().any(|(o, _)| std::ptr::eq(*o, old_branch))
+                            || !unique(&gone, &sig)
+                            || !unique(&came, &sig)
+                        {
+                            continue;
+                        }
+                        if let Some(index) = came.iter().position(|v| signature(v).as_ref() == Some(&sig)) {
+                            pairs.push((old_branch, came.remove(index)));
+                        }
+                    }
+                    gone.retain(|g| !pairs.iter().any(|(o, _)| std::ptr::eq(*o, *g)));
+                }
+                gone.retain(|g| !pairs.iter().any(|(o, _)| std::ptr::eq(*o, *g)));
+                for (old_branch, new_branch) in pairs {
+                    self.schema(old_branch, new_branch, dir, path);
+                }
+                for branch in gone {
                     self.emit(
                         ChangeType::ConstraintTightened,
                         Some(dir),
                         path,
-                        json!({ key: [gone] }),
+                        json!({ key: [branch] }),
                         Value::Null,
                         vec![],
                     );
                 }
-                for came in missing_from(b, a) {
+                for branch in came {
                     self.emit(
                         ChangeType::ConstraintRelaxed,
                         Some(dir),
                         path,
                         Value::Null,
-                        json!({ key: [came] }),
+                        json!({ key: [branch] }),
                         vec![],
                     );
                 }
@@ -697,8 +854,29 @@ impl ToolDiffer<'_> {
         }
     }
 
+    /// Numeric bounds compare as intervals: `minimum` and `exclusiveMinimum` together make one lower
+    /// bound (and likewise the upper), so `exclusiveMinimum: 0` → `minimum: 0` is one relaxation. Size
+    /// bounds (`minLength`, `maxItems`, …) compare one by one.
     fn bounds(&mut self, old: &Map<String, Value>, new: &Map<String, Value>, dir: Direction, path: &Path) {
-        for (keys, lower) in [(LOWER_BOUNDS, true), (UPPER_BOUNDS, false)] {
+        for lower in [true, false] {
+            let (before, after) = (numeric_bound(old, lower), numeric_bound(new, lower));
+            let tightened = match (&before, &after) {
+                (None, None) => continue,
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+                (Some(a), Some(b)) if a.value == b.value && a.exclusive == b.exclusive => continue,
+                (Some(a), Some(b)) if a.value == b.value => b.exclusive,
+                (Some(a), Some(b)) => (b.value > a.value) == lower,
+            };
+            let kind =
+                if tightened { ChangeType::ConstraintTightened } else { ChangeType::ConstraintRelaxed };
+            let shown = |bound: Option<Bound>| match bound {
+                Some(bound) => json!({ bound.keyword: bound.raw }),
+                None => json!({ if lower { "minimum" } else { "maximum" }: null }),
+            };
+            self.emit(kind, Some(dir), path, shown(before), shown(after), vec![]);
+        }
+        for (keys, lower) in [(SIZE_LOWER_BOUNDS, true), (SIZE_UPPER_BOUNDS, false)] {
             for key in keys.iter().copied() {
                 let (before, after) = (old.get(key), new.get(key));
                 let tightened = match (before.map(Value::as_f64), after.map(Value::as_f64)) {
@@ -706,12 +884,35 @@ impl ToolDiffer<'_> {
                     (None, Some(Some(_))) => true,
                     (Some(Some(_)), None) => false,
                     (Some(Some(a)), Some(Some(b))) if a != b => (b > a) == lower,
-                    _ => continue, // equal, or not a number (draft-4 boolean exclusives): the fallback reports it
+                    _ => continue, // equal, or not a number: the fallback reports it
                 };
                 let kind =
                     if tightened { ChangeType::ConstraintTightened } else { ChangeType::ConstraintRelaxed };
                 self.emit(kind, Some(dir), path, keyword(key, before), keyword(key, after), vec![]);
             }
+        }
+    }
+
+    /// `deprecated` newly set is WARNING (callers should move off the parameter); lifting it, and the
+    /// other annotations (`examples`, `readOnly`, `writeOnly`), change nothing a call may send.
+    fn schema_annotations(
+        &mut self,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        dir: Direction,
+        path: &Path,
+    ) {
+        for key in ["deprecated", "examples", "readOnly", "writeOnly"] {
+            let (before, after) = (old.get(key), new.get(key));
+            if !differs(before, after) {
+                continue;
+            }
+            let kind = if key == "deprecated" && after == Some(&Value::Bool(true)) {
+                ChangeType::ParamDeprecated
+            } else {
+                ChangeType::SchemaAnnotationChanged
+            };
+            self.emit(kind, Some(dir), path, keyword(key, before), keyword(key, after), vec![]);
         }
     }
 
@@ -767,6 +968,96 @@ impl ToolDiffer<'_> {
             _ => return,
         };
         self.emit(kind, Some(dir), path, or_null(before), or_null(after), vec![]);
+    }
+}
+
+/// What tells a union's branch apart from its siblings: its types (a union inside counts as one kind),
+/// and with `by_properties` also the names of its properties. `None` for a branch that is no schema.
+fn branch_signature(branch: &Value, by_properties: bool) -> Option<String> {
+    let object = branch.as_object()?;
+    let types = match declared_types(object) {
+        Types::Set(set, _) => set.into_iter().collect::<Vec<_>>().join("|"),
+        Types::Any => String::new(),
+        Types::Branches => "<union>".to_owned(),
+        Types::Unreadable => return None,
+    };
+    if !by_properties {
+        return Some(types);
+    }
+    let mut names: Vec<&str> = object
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    names.sort_unstable();
+    Some(format!("{types}:{}", names.join(",")))
+}
+
+/// Keywords that describe a schema without constraining it: they stay outside a lifted union.
+const NOT_CONSTRAINTS: &[&str] =
+    &["description", "title", "default", "examples", "deprecated", "readOnly", "writeOnly"];
+
+/// When one side is a union (`anyOf`/`oneOf` of more than bare types) and the other is not, the other
+/// is read as a union of one branch, so `string | object` → `string` is one branch removed rather than
+/// a union removed (which would read as relaxed), and `X` → `anyOf: [X, string]` is one branch added
+/// (X may itself be a union of the other kind). Only one side is ever lifted. A schema without
+/// constraints stays as it is: it accepts everything, more than any union.
+fn lift_into_union<'a>(
+    old: &'a Map<String, Value>,
+    new: &'a Map<String, Value>,
+) -> (SchemaView<'a>, SchemaView<'a>) {
+    let union = |s: &Map<String, Value>, key: &str| s.contains_key(key) && type_union(s.get(key)).is_none();
+    for key in ["anyOf", "oneOf"] {
+        match (union(old, key), union(new, key)) {
+            (true, false) if !new.contains_key(key) => return (Cow::Borrowed(old), lift(new, key, old)),
+            (false, true) if !old.contains_key(key) => return (lift(old, key, new), Cow::Borrowed(new)),
+            _ => {}
+        }
+    }
+    (Cow::Borrowed(old), Cow::Borrowed(new))
+}
+
+/// A schema as written, or a rewritten copy of it.
+type SchemaView<'a> = Cow<'a, Map<String, Value>>;
+
+/// `schema` as `{key: [schema]}`. An annotation (a description, …) stays outside the branch where the
+/// union has it outside too, and goes in with the rest where the union carries it in its branches.
+fn lift<'a>(schema: &'a Map<String, Value>, key: &str, union: &Map<String, Value>) -> SchemaView<'a> {
+    if schema.keys().all(|k| NOT_CONSTRAINTS.contains(&k.as_str())) {
+        return Cow::Borrowed(schema);
+    }
+    let (outside, core): (Map<String, Value>, Map<String, Value>) = schema
+        .clone()
+        .into_iter()
+        .partition(|(k, _)| NOT_CONSTRAINTS.contains(&k.as_str()) && union.contains_key(k));
+    let mut lifted = outside;
+    lifted.insert(key.to_owned(), Value::Array(vec![Value::Object(core)]));
+    Cow::Owned(lifted)
+}
+
+/// One end of a numeric interval, and how the schema wrote it.
+struct Bound {
+    value: f64,
+    exclusive: bool,
+    keyword: &'static str,
+    raw: Value,
+}
+
+/// The tighter of `minimum` / `exclusiveMinimum` (or of the maxima); a bound that is not a number is
+/// left to the fallback.
+fn numeric_bound(schema: &Map<String, Value>, lower: bool) -> Option<Bound> {
+    let (inclusive, exclusive) =
+        if lower { ("minimum", "exclusiveMinimum") } else { ("maximum", "exclusiveMaximum") };
+    let read = |keyword: &'static str, is_exclusive: bool| {
+        let raw = schema.get(keyword)?;
+        Some(Bound { value: raw.as_f64()?, exclusive: is_exclusive, keyword, raw: raw.clone() })
+    };
+    match (read(inclusive, false), read(exclusive, true)) {
+        (Some(a), Some(b)) => {
+            let b_tighter = if lower { b.value >= a.value } else { b.value <= a.value };
+            Some(if b_tighter { b } else { a })
+        }
+        (a, b) => a.or(b),
     }
 }
 
@@ -912,6 +1203,15 @@ fn required_names(schema: &Map<String, Value>) -> BTreeSet<&str> {
 
 fn param_summary(schema: &Value, required: bool) -> Value {
     json!({"type": schema.get("type").cloned().unwrap_or(Value::Null), "required": required})
+}
+
+/// A parameter's type as people read it: `string`, `string | null`, `any` when unconstrained.
+fn param_type(schema: &Value) -> String {
+    match schema.as_object().map(declared_types) {
+        Some(Types::Set(set, _)) => set.into_iter().collect::<Vec<_>>().join(" | "),
+        Some(Types::Branches) => "union".to_owned(),
+        _ => "any".to_owned(),
+    }
 }
 
 fn missing_from<'a>(values: &'a [Value], other: &[Value]) -> Vec<&'a Value> {

@@ -95,6 +95,20 @@ pub fn consequence(change: &SchemaChange) -> String {
         (ChangeType::OutputSchemaRemoved, _) => {
             format!("Results of {tool} are no longer described by an output schema.")
         }
+        (ChangeType::ExecutionChanged, _) => match after.as_str() {
+            Some("required") => format!("{tool} must now be called as a task; plain calls will be rejected."),
+            Some("forbidden") => format!("{tool} can no longer be called as a task."),
+            _ => format!("{tool} may now also be called as a task."),
+        },
+        (ChangeType::MetadataChanged, _) => {
+            format!("Display metadata of {tool} changed; calls are unaffected.")
+        }
+        (ChangeType::ParamDeprecated, _) => {
+            format!("{path} is deprecated: callers should stop relying on it before it is removed.")
+        }
+        (ChangeType::SchemaAnnotationChanged, _) => {
+            format!("An annotation of {path} changed; what calls may send is unchanged.")
+        }
         (ChangeType::SchemaChanged, _) => {
             "The schema changed in a way no specific rule names; compare the full schemas.".to_owned()
         }

@@ -4,6 +4,8 @@ mod canonical;
 mod classify;
 mod diff;
 mod explain;
+mod normal;
+mod refs;
 pub mod security;
 
 use driftline_schemas::{
@@ -13,12 +15,11 @@ use driftline_schemas::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use canonical::{
-    canonical_json, definition_hash, normalize_schema, normalize_tools, schema_hash, NormalTool,
-};
+pub use canonical::{canonical_json, definition_hash, schema_hash};
 pub use classify::classify;
 pub use diff::{diff_normal, diff_tools, review_tool};
 pub use explain::consequence;
+pub use normal::{normalize_root_schema, normalize_schema, normalize_tools, NormalTool, EQUIVALENCES};
 
 /// Who accepts under the `auto` baseline policy.
 pub const AUTO_ACCEPTOR: &str = "auto";
@@ -28,14 +29,7 @@ pub fn short_hash(hash: &str) -> String {
     hash.chars().take(8).collect()
 }
 
-/// What a project does with a new snapshot: wait for an operator, or accept it at once (recording its event).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BaselinePolicy {
-    #[default]
-    Manual,
-    Auto,
-}
+pub use driftline_schemas::BaselinePolicy;
 
 /// A tool list with its full hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,7 +58,14 @@ pub struct ServerState {
     pub last_check_drifted: bool,
     /// The last probe's failure, until a snapshot arrives.
     pub down: Option<String>,
+    /// The version of the normal form the hashes above were computed with; state stored by an older
+    /// version is rehashed once, so an upgrade of driftline is never reported as drift.
+    #[serde(default)]
+    pub normal_form: u32,
 }
+
+/// Bumped whenever normalisation changes what a hash covers.
+pub const NORMAL_FORM_VERSION: u32 = 2;
 
 /// What the detector tells the rest of the system.
 #[derive(Debug, Clone, PartialEq)]
@@ -133,6 +134,7 @@ impl ServerState {
         policy: BaselinePolicy,
     ) -> Vec<ToolListOutput> {
         self.down = None;
+        self.rehash_if_stale();
         let current = HashedTools::new(snapshot.tools.clone());
         let Some(baseline) = &self.baseline else {
             let normal = normalize_tools(&current.tools);
@@ -160,28 +162,41 @@ impl ServerState {
         let event = drift_event(baseline, &current, context);
         self.observed = Some(current);
         self.last_check_drifted = true;
-        match policy {
-            BaselinePolicy::Manual => {
-                self.open_events.push(event.id.clone());
-                vec![ToolListOutput::DriftEvent(event)]
+        let accept_now = match policy {
+            BaselinePolicy::Manual => false,
+            BaselinePolicy::Auto => true,
+            BaselinePolicy::Compatible => {
+                event.max_classification.is_none_or(|worst| worst == Classification::Compatible)
             }
-            BaselinePolicy::Auto => {
-                let mut event = event;
-                self.open_events.push(event.id.clone());
-                let mut outputs = self.accept(AUTO_ACCEPTOR, context);
-                // The new event is recorded as accepted rather than opened and closed.
-                outputs.retain(
-                    |o| !matches!(o, ToolListOutput::EventClosed { event_id, .. } if *event_id == event.id),
-                );
-                event.status = EventStatus::Accepted;
-                event.accepted_by = Some(AUTO_ACCEPTOR.to_owned());
-                event.accepted_at = Some(context.at);
-                outputs.insert(0, ToolListOutput::DriftEvent(event));
-                // The baseline moved, but this check still saw drift.
-                self.last_check_drifted = true;
-                outputs
-            }
+        };
+        let mut event = event;
+        self.open_events.push(event.id.clone());
+        if !accept_now {
+            return vec![ToolListOutput::DriftEvent(event)];
         }
+        let mut outputs = self.accept(AUTO_ACCEPTOR, context);
+        // The new event is recorded as accepted rather than opened and closed.
+        outputs
+            .retain(|o| !matches!(o, ToolListOutput::EventClosed { event_id, .. } if *event_id == event.id));
+        event.status = EventStatus::Accepted;
+        event.accepted_by = Some(AUTO_ACCEPTOR.to_owned());
+        event.accepted_at = Some(context.at);
+        outputs.insert(0, ToolListOutput::DriftEvent(event));
+        // Under `auto` the baseline moved, but this check still saw drift (LangSight's sequence: DEGRADED
+        // once, then UP). A compatible change is no reason to look at the server at all: it stays UP.
+        self.last_check_drifted = policy == BaselinePolicy::Auto;
+        outputs
+    }
+
+    /// Hashes stored by an older normal form are recomputed from the lists they came with.
+    fn rehash_if_stale(&mut self) {
+        if self.normal_form == NORMAL_FORM_VERSION {
+            return;
+        }
+        for tools in [&mut self.baseline, &mut self.observed].into_iter().flatten() {
+            tools.hash = schema_hash(&tools.tools);
+        }
+        self.normal_form = NORMAL_FORM_VERSION;
     }
 
     /// An operator accepts the newest snapshot as the baseline; open events become `accepted`. Nothing

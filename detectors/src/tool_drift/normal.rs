@@ -1,0 +1,627 @@
+//! The normal form of a tool list: what a client can observe, not how the server spelled it.
+//!
+//! Both the hash and the diff read this form, so two lists hash alike exactly when the diff finds
+//! nothing between them. Normalising removes every difference that changes nothing for a client:
+//! tool metadata at its MCP default, schema annotations, local `$ref`s (expanded, see `refs.rs`), and
+//! constraints written in one of several equivalent ways ([`EQUIVALENCES`], one row each).
+
+use serde_json::{Map, Number, Value};
+
+use super::canonical::canonical_json;
+use super::refs::inline_local_refs;
+
+/// A tool as the detector reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NormalTool {
+    pub name: String,
+    /// The tool object without `name`.
+    pub definition: Map<String, Value>,
+}
+
+/// Normalises a declared tool list: entries that are not objects with a string `name` are not tools and
+/// are left out; of two tools with one name the later wins (as with duplicate JSON keys). Sorted by name.
+pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
+    let mut normal: Vec<NormalTool> = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let Some(object) = tool.as_object() else { continue };
+        let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
+        let mut definition = Map::new();
+        for (key, value) in object {
+            if key == "name" || key == "_meta" || value.is_null() {
+                continue;
+            }
+            let value = match key.as_str() {
+                "inputSchema" | "outputSchema" => normalize_root_schema(value),
+                "annotations" => match normalize_annotations(value) {
+                    Some(value) => value,
+                    None => continue,
+                },
+                "execution" => match normalize_execution(value) {
+                    Some(value) => value,
+                    None => continue,
+                },
+                _ => value.clone(),
+            };
+            definition.insert(key.clone(), value);
+        }
+        // MCP requires both schemas to be of type object; saying so or not is no change.
+        let input = definition.entry("inputSchema").or_insert_with(|| Value::Object(Map::new()));
+        if let Some(schema) = input.as_object_mut() {
+            schema.entry("type").or_insert_with(|| Value::String("object".into()));
+        }
+        if let Some(schema) = definition.get_mut("outputSchema").and_then(Value::as_object_mut) {
+            schema.entry("type").or_insert_with(|| Value::String("object".into()));
+        }
+        normal.retain(|t| t.name != name);
+        normal.push(NormalTool { name: name.to_owned(), definition });
+    }
+    normal.sort_by(|a, b| a.name.cmp(&b.name));
+    normal
+}
+
+/// The MCP defaults of the tool annotation hints (2025-11-25 `ToolAnnotations`).
+pub const ANNOTATION_DEFAULTS: &[(&str, bool)] =
+    &[("readOnlyHint", false), ("destructiveHint", true), ("idempotentHint", false), ("openWorldHint", true)];
+
+/// Hints whose meaning the spec limits to tools that are not read-only.
+const WRITE_ONLY_HINTS: &[&str] = &["destructiveHint", "idempotentHint"];
+
+/// Annotations by effective value: a hint at its default says nothing, and neither do the write hints
+/// of a read-only tool. `None` when nothing is left.
+fn normalize_annotations(annotations: &Value) -> Option<Value> {
+    let Some(object) = annotations.as_object() else { return Some(annotations.clone()) };
+    let read_only = object.get("readOnlyHint") == Some(&Value::Bool(true));
+    let normal: Map<String, Value> = object
+        .iter()
+        .filter(|(key, value)| {
+            let at_default =
+                ANNOTATION_DEFAULTS.iter().any(|(hint, default)| key == hint && **value == *default);
+            let moot = read_only && WRITE_ONLY_HINTS.contains(&key.as_str());
+            !value.is_null() && !at_default && !moot
+        })
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    (!normal.is_empty()).then_some(Value::Object(normal))
+}
+
+/// `execution` without `taskSupport: "forbidden"`, the default. `None` when nothing is left.
+fn normalize_execution(execution: &Value) -> Option<Value> {
+    let Some(object) = execution.as_object() else { return Some(execution.clone()) };
+    let normal: Map<String, Value> = object
+        .iter()
+        .filter(|(key, value)| !(value.is_null() || (*key == "taskSupport" && *value == "forbidden")))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    (!normal.is_empty()).then_some(Value::Object(normal))
+}
+
+/// Keywords whose value is a schema (JSON Schema 2020-12 and the drafts MCP servers still send).
+pub const SCHEMA_KEYWORDS: &[&str] = &[
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+];
+/// Keywords whose value is a map of schemas.
+pub const SCHEMA_MAP_KEYWORDS: &[&str] =
+    &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
+/// Keywords whose value is a list of schemas.
+pub const SCHEMA_LIST_KEYWORDS: &[&str] = &["anyOf", "oneOf", "allOf", "prefixItems"];
+
+/// A tool's input or output schema: local references expanded (their definitions dropped once every
+/// reference was followed), then every schema inside normalised.
+pub fn normalize_root_schema(schema: &Value) -> Value {
+    let inlined = inline_local_refs(schema);
+    normalize(&inlined.schema, inlined.complete)
+}
+
+/// Normalises a schema that holds no references (or whose references stay as written).
+pub fn normalize_schema(schema: &Value) -> Value {
+    normalize(schema, false)
+}
+
+fn normalize(schema: &Value, drop_definitions: bool) -> Value {
+    let Some(object) = schema.as_object() else { return schema.clone() };
+    let mut out = Map::new();
+    for (key, value) in object {
+        let normal = match (key.as_str(), value) {
+            ("$defs" | "definitions", _) if drop_definitions => continue,
+            ("$schema" | "$id" | "$comment" | "$anchor" | "$dynamicAnchor", _) => continue,
+            ("required" | "enum", Value::Array(items)) => Value::Array(sorted_unique(items)),
+            ("type", Value::Array(items)) => match sorted_unique(items).as_slice() {
+                [single] => single.clone(),
+                many => Value::Array(many.to_vec()),
+            },
+            (k, Value::Object(map)) if SCHEMA_MAP_KEYWORDS.contains(&k) => Value::Object(
+                map.iter().map(|(name, s)| (name.clone(), normalize(s, drop_definitions))).collect(),
+            ),
+            (k, Value::Array(items)) if SCHEMA_LIST_KEYWORDS.contains(&k) || k == "items" => {
+                Value::Array(items.iter().map(|s| normalize(s, drop_definitions)).collect())
+            }
+            (k, value) if SCHEMA_KEYWORDS.contains(&k) => normalize(value, drop_definitions),
+            (_, value) => value.clone(),
+        };
+        out.insert(key.clone(), normal);
+    }
+    for equivalence in EQUIVALENCES {
+        (equivalence.rewrite)(&mut out);
+    }
+    Value::Object(out)
+}
+
+fn sorted_unique(items: &[Value]) -> Vec<Value> {
+    let mut keyed: Vec<(String, &Value)> = items.iter().map(|v| (canonical_json(v), v)).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.dedup_by(|a, b| a.0 == b.0);
+    keyed.into_iter().map(|(_, v)| v.clone()).collect()
+}
+
+/// Two spellings of one constraint, and the rewrite that turns the first into the second. Applied in
+/// this order to every schema object, after its subschemas are normalised.
+pub struct Equivalence {
+    pub name: &'static str,
+    /// A schema written one way …
+    pub example: &'static str,
+    /// … and the same schema written the normal way.
+    pub same_as: &'static str,
+    rewrite: fn(&mut Map<String, Value>),
+}
+
+/// The largest integer JSON numbers hold exactly (2^53 − 1); schema libraries write it for "no bound".
+pub const SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+pub const EQUIVALENCES: &[Equivalence] = &[
+    Equivalence {
+        name: "a one-branch allOf/anyOf/oneOf is its branch",
+        example: r#"{"allOf": [{"type": "string"}], "description": "d"}"#,
+        same_as: r#"{"type": "string", "description": "d"}"#,
+        rewrite: merge_single_branch,
+    },
+    Equivalence {
+        name: "an anyOf inside an anyOf is part of it",
+        example: r#"{"anyOf": [{"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 2}]}, {"type": "object", "required": ["a"]}]}"#,
+        same_as: r#"{"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 2}, {"type": "object", "required": ["a"]}]}"#,
+        rewrite: flatten_nested_any_of,
+    },
+    Equivalence {
+        name: "anyOf/oneOf of bare types is a type list",
+        example: r#"{"anyOf": [{"type": "string"}, {"type": "null"}]}"#,
+        same_as: r#"{"type": ["null", "string"]}"#,
+        rewrite: bare_type_union,
+    },
+    Equivalence {
+        name: "const is a one-value enum",
+        example: r#"{"const": "a"}"#,
+        same_as: r#"{"enum": ["a"]}"#,
+        rewrite: const_as_enum,
+    },
+    Equivalence {
+        name: "an enum implies the type of its values",
+        example: r#"{"type": "number", "enum": [1, 2]}"#,
+        same_as: r#"{"enum": [1, 2]}"#,
+        rewrite: enum_implies_type,
+    },
+    Equivalence {
+        name: "integer within number is number; every type is no type",
+        example: r#"{"type": ["integer", "number"]}"#,
+        same_as: r#"{"type": "number"}"#,
+        rewrite: implied_type_list,
+    },
+    Equivalence {
+        name: "draft-4 boolean exclusive bounds are numeric exclusive bounds",
+        example: r#"{"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 9, "exclusiveMaximum": false}"#,
+        same_as: r#"{"type": "number", "exclusiveMinimum": 0, "maximum": 9}"#,
+        rewrite: draft4_exclusive_bounds,
+    },
+    Equivalence {
+        name: "bounds at or beyond the safe-integer limit constrain nothing",
+        example: r#"{"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991, "maxLength": 9007199254740991}"#,
+        same_as: r#"{"type": "integer"}"#,
+        rewrite: unbounded_limits,
+    },
+    Equivalence {
+        name: "integer bounds compare as integer sets",
+        example: r#"{"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10.5, "minimum": -3}"#,
+        same_as: r#"{"type": "integer", "minimum": 1, "maximum": 10}"#,
+        rewrite: integer_bounds,
+    },
+    Equivalence {
+        name: "keywords at their default say nothing",
+        example: r#"{"minLength": 0, "minItems": 0, "minProperties": 0, "uniqueItems": false, "additionalProperties": true, "items": {}, "required": [], "properties": {}, "deprecated": false, "readOnly": false, "writeOnly": false}"#,
+        same_as: r#"{}"#,
+        rewrite: drop_defaults,
+    },
+];
+
+fn merge_single_branch(schema: &mut Map<String, Value>) {
+    for key in ["allOf", "anyOf", "oneOf"] {
+        let Some(Value::Array(branches)) = schema.get(key) else { continue };
+        let [Value::Object(branch)] = branches.as_slice() else { continue };
+        if branch.keys().any(|k| schema.contains_key(k)) {
+            continue;
+        }
+        let branch = branch.clone();
+        schema.remove(key);
+        schema.extend(branch);
+    }
+}
+
+fn flatten_nested_any_of(schema: &mut Map<String, Value>) {
+    let Some(Value::Array(branches)) = schema.get("anyOf") else { return };
+    let nested = |b: &Value| {
+        b.as_object().is_some_and(|o| o.len() == 1 && o.get("anyOf").is_some_and(Value::is_array))
+    };
+    if !branches.iter().any(nested) {
+        return;
+    }
+    let mut flat = Vec::with_capacity(branches.len());
+    for branch in branches {
+        match branch.get("anyOf").and_then(Value::as_array) {
+            Some(inner) if nested(branch) => flat.extend(inner.iter().cloned()),
+            _ => flat.push(branch.clone()),
+        }
+    }
+    schema.insert("anyOf".into(), Value::Array(flat));
+}
+
+fn bare_type_union(schema: &mut Map<String, Value>) {
+    if schema.contains_key("type") {
+        return;
+    }
+    for key in ["anyOf", "oneOf"] {
+        let Some(types) = schema.get(key).and_then(bare_types) else { continue };
+        schema.remove(key);
+        let mut types = sorted_unique(&types);
+        let value = if types.len() == 1 { types.remove(0) } else { Value::Array(types) };
+        schema.insert("type".into(), value);
+        return;
+    }
+}
+
+/// The types of a list of `{"type": …}` branches, or `None` if any branch says more.
+fn bare_types(branches: &Value) -> Option<Vec<Value>> {
+    let mut types = Vec::new();
+    for branch in branches.as_array()? {
+        let object = branch.as_object()?;
+        if object.len() != 1 {
+            return None;
+        }
+        match object.get("type")? {
+            Value::String(t) => types.push(Value::String(t.clone())),
+            Value::Array(items) if items.iter().all(Value::is_string) => types.extend(items.iter().cloned()),
+            _ => return None,
+        }
+    }
+    (!types.is_empty()).then_some(types)
+}
+
+fn const_as_enum(schema: &mut Map<String, Value>) {
+    if schema.contains_key("enum") {
+        return;
+    }
+    if let Some(value) = schema.remove("const") {
+        schema.insert("enum".into(), Value::Array(vec![value]));
+    }
+}
+
+/// The JSON Schema type of a value (integers are `integer`).
+fn type_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
+            "integer"
+        }
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Whether a `type` (string or list) admits a value.
+fn admits(declared: &Value, value: &Value) -> bool {
+    let value_type = type_of(value);
+    let allows = |t: &Value| t == value_type || (t == "number" && value_type == "integer");
+    match declared {
+        Value::String(_) => allows(declared),
+        Value::Array(types) => types.iter().any(allows),
+        _ => false,
+    }
+}
+
+fn enum_implies_type(schema: &mut Map<String, Value>) {
+    let Some(Value::Array(values)) = schema.get("enum") else { return };
+    if values.is_empty() {
+        return;
+    }
+    if let Some(declared) = schema.get("type") {
+        if !values.iter().all(|v| admits(declared, v)) {
+            return; // the type rules some values out: it says something
+        }
+    }
+    let mut types: Vec<&str> = values.iter().map(type_of).collect();
+    if types.contains(&"number") {
+        types.retain(|t| *t != "integer");
+    }
+    types.sort_unstable();
+    types.dedup();
+    let value = match types.as_slice() {
+        [single] => Value::String((*single).to_owned()),
+        many => Value::Array(many.iter().map(|t| Value::String((*t).to_owned())).collect()),
+    };
+    schema.insert("type".into(), value);
+}
+
+const ALL_TYPES: &[&str] = &["array", "boolean", "null", "number", "object", "string"];
+
+fn implied_type_list(schema: &mut Map<String, Value>) {
+    let Some(Value::Array(types)) = schema.get("type") else { return };
+    let mut names: Vec<&str> = types.iter().filter_map(Value::as_str).collect();
+    if names.len() != types.len() {
+        return;
+    }
+    if names.contains(&"number") {
+        names.retain(|t| *t != "integer");
+    }
+    if ALL_TYPES.iter().all(|t| names.contains(t)) {
+        schema.remove("type");
+        return;
+    }
+    let value = match names.as_slice() {
+        [single] => Value::String((*single).to_owned()),
+        many => Value::Array(many.iter().map(|t| Value::String((*t).to_owned())).collect()),
+    };
+    schema.insert("type".into(), value);
+}
+
+fn draft4_exclusive_bounds(schema: &mut Map<String, Value>) {
+    for (inclusive, exclusive) in [("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")] {
+        match schema.get(exclusive) {
+            Some(Value::Bool(true)) => {
+                schema.remove(exclusive);
+                if let Some(bound) = schema.remove(inclusive) {
+                    schema.insert(exclusive.into(), bound);
+                }
+            }
+            Some(Value::Bool(false)) => {
+                schema.remove(exclusive);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn unbounded_limits(schema: &mut Map<String, Value>) {
+    let beyond = |value: Option<&Value>, lower: bool| {
+        value
+            .and_then(Value::as_f64)
+            .is_some_and(|v| if lower { v <= -SAFE_INTEGER } else { v >= SAFE_INTEGER })
+    };
+    for key in ["minimum", "exclusiveMinimum"] {
+        if beyond(schema.get(key), true) {
+            schema.remove(key);
+        }
+    }
+    for key in ["maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"] {
+        if beyond(schema.get(key), false) {
+            schema.remove(key);
+        }
+    }
+}
+
+/// Whether the schema's numbers are all integers (`integer`, possibly with `null`).
+fn integers_only(schema: &Map<String, Value>) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(types)) => {
+            types.iter().any(|t| t == "integer") && !types.iter().any(|t| t == "number")
+        }
+        _ => false,
+    }
+}
+
+fn integer_bounds(schema: &mut Map<String, Value>) {
+    if !integers_only(schema) {
+        return;
+    }
+    let number = |key: &str, schema: &Map<String, Value>| schema.get(key).and_then(Value::as_f64);
+    // The smallest integer allowed: above an exclusive bound, at or above an inclusive one.
+    let lower = [
+        number("minimum", schema).map(f64::ceil),
+        number("exclusiveMinimum", schema).map(|n| n.floor() + 1.0),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(f64::max);
+    let upper = [
+        number("maximum", schema).map(f64::floor),
+        number("exclusiveMaximum", schema).map(|n| n.ceil() - 1.0),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(f64::min);
+    for (bound, inclusive, exclusive) in
+        [(lower, "minimum", "exclusiveMinimum"), (upper, "maximum", "exclusiveMaximum")]
+    {
+        let Some(bound) = bound else { continue };
+        schema.remove(exclusive);
+        schema.insert(inclusive.into(), integer_value(bound));
+    }
+}
+
+fn integer_value(value: f64) -> Value {
+    if value.abs() < SAFE_INTEGER {
+        // In range, so the cast is exact.
+        Value::Number(Number::from(value as i64))
+    } else {
+        Number::from_f64(value).map_or(Value::Null, Value::Number)
+    }
+}
+
+fn drop_defaults(schema: &mut Map<String, Value>) {
+    let zero = |v: &Value| v.as_f64() == Some(0.0);
+    let empty_object = |v: &Value| v.as_object().is_some_and(Map::is_empty);
+    type IsDefault<'a> = &'a dyn Fn(&Value) -> bool;
+    let defaults: [(&str, IsDefault); 11] = [
+        ("minLength", &zero),
+        ("minItems", &zero),
+        ("minProperties", &zero),
+        ("uniqueItems", &|v| *v == Value::Bool(false)),
+        ("additionalProperties", &|v| *v == Value::Bool(true) || empty_object(v)),
+        ("items", &|v| *v == Value::Bool(true) || empty_object(v)),
+        ("required", &|v| v.as_array().is_some_and(Vec::is_empty)),
+        ("properties", &empty_object),
+        ("deprecated", &|v| *v == Value::Bool(false)),
+        ("readOnly", &|v| *v == Value::Bool(false)),
+        ("writeOnly", &|v| *v == Value::Bool(false)),
+    ];
+    for (key, is_default) in defaults {
+        if schema.get(key).is_some_and(is_default) {
+            schema.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_equivalence_row_holds() {
+        for row in EQUIVALENCES {
+            let example: Value = serde_json::from_str(row.example).expect(row.name);
+            let same_as: Value = serde_json::from_str(row.same_as).expect(row.name);
+            assert_ne!(example, same_as, "{}: the example must be spelled differently", row.name);
+            assert_eq!(normalize_schema(&example), normalize_schema(&same_as), "{}", row.name);
+        }
+    }
+
+    /// Normalises two schemas and says whether they read the same.
+    fn same(a: Value, b: Value) -> bool {
+        normalize_root_schema(&a) == normalize_root_schema(&b)
+    }
+
+    #[test]
+    fn equivalent_spellings() {
+        let int = |extra: Value| {
+            let mut schema = json!({"type": "integer"});
+            schema.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
+            schema
+        };
+        assert!(same(int(json!({"exclusiveMinimum": 0})), int(json!({"minimum": 1}))));
+        assert!(same(int(json!({"minimum": 0, "exclusiveMinimum": true})), int(json!({"minimum": 1}))));
+        assert!(same(int(json!({"exclusiveMaximum": 100})), int(json!({"maximum": 99}))));
+        assert!(same(int(json!({"maximum": 9007199254740991u64})), int(json!({}))));
+        assert!(same(int(json!({"maximum": 1e300})), int(json!({}))));
+        assert!(!same(int(json!({"maximum": 9007199254740990u64})), int(json!({}))));
+        // Not for numbers: 0.5 is above 0 and below 1.
+        assert!(!same(
+            json!({"type": "number", "exclusiveMinimum": 0}),
+            json!({"type": "number", "minimum": 1})
+        ));
+        assert!(same(
+            json!({"type": ["integer", "null"], "exclusiveMinimum": 0}),
+            json!({"type": ["null", "integer"], "minimum": 1})
+        ));
+        assert!(same(json!({"type": "string", "minLength": 0}), json!({"type": "string"})));
+        assert!(same(json!({"type": ["string"]}), json!({"type": "string"})));
+        assert!(same(json!({"enum": ["a", "b"]}), json!({"type": "string", "enum": ["b", "a"]})));
+        assert!(!same(json!({"enum": ["a", 1]}), json!({"type": "string", "enum": ["a", 1]})));
+        assert!(same(json!({"const": 3}), json!({"type": "integer", "enum": [3]})));
+        assert!(same(
+            json!({"anyOf": [{"type": "string"}, {"type": "null"}], "default": null}),
+            json!({"type": ["string", "null"], "default": null})
+        ));
+        assert!(same(
+            json!({"$schema": "http://json-schema.org/draft-07/schema#", "$id": "x", "$comment": "c",
+                "type": "object"}),
+            json!({"type": "object"})
+        ));
+    }
+
+    #[test]
+    fn references_read_as_what_they_point_to() {
+        let inline = json!({"type": "object", "properties": {"parent": {"type": "object",
+            "properties": {"page_id": {"type": "string"}}, "required": ["page_id"]}}});
+        let behind_defs = json!({"type": "object", "properties": {"parent": {"$ref": "#/$defs/Parent"}},
+            "$defs": {"Parent": {"type": "object", "properties": {"page_id": {"type": "string"}},
+                "required": ["page_id"]}}});
+        let renamed = json!({"type": "object", "properties": {"parent": {"$ref": "#/definitions/P"}},
+            "definitions": {"P": {"type": "object", "properties": {"page_id": {"type": "string"}},
+                "required": ["page_id"]}}});
+        // Pydantic v1 wraps a reference in a one-branch allOf to give it a description.
+        let wrapped = json!({"type": "object", "properties": {"parent": {"allOf": [{"$ref": "#/$defs/Parent"}]}},
+            "$defs": {"Parent": {"type": "object", "properties": {"page_id": {"type": "string"}},
+                "required": ["page_id"]}, "Unused": {"type": "integer"}}});
+        assert!(same(inline.clone(), behind_defs));
+        assert!(same(inline.clone(), renamed));
+        assert!(same(inline, wrapped));
+    }
+
+    #[test]
+    fn annotations_by_effective_value() {
+        let check = |annotations: Value, expected: Option<Value>| {
+            assert_eq!(normalize_annotations(&annotations), expected, "{annotations}");
+        };
+        check(
+            json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": true}),
+            None,
+        );
+        check(json!({"title": "T", "readOnlyHint": false}), Some(json!({"title": "T"})));
+        check(
+            json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true}),
+            Some(json!({"readOnlyHint": true})),
+        );
+        check(json!({"destructiveHint": false}), Some(json!({"destructiveHint": false})));
+        check(json!("not an object"), Some(json!("not an object")));
+        assert_eq!(normalize_execution(&json!({"taskSupport": "forbidden"})), None);
+        assert_eq!(
+            normalize_execution(&json!({"taskSupport": "optional"})),
+            Some(json!({"taskSupport": "optional"}))
+        );
+    }
+
+    #[test]
+    fn normalisation() {
+        let tools = json!([
+            {"name": "b", "description": null, "_meta": {"x": 1}},
+            "not a tool",
+            {"description": "no name"},
+            {"name": "a", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": false},
+                "execution": {"taskSupport": "forbidden"}},
+            {"name": "b", "description": "later wins"}
+        ]);
+        let normal = normalize_tools(tools.as_array().expect("array"));
+        let names: Vec<&str> = normal.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(Value::Object(normal[0].definition.clone()), json!({"inputSchema": {"type": "object"}}));
+        assert_eq!(
+            Value::Object(normal[1].definition.clone()),
+            json!({"description": "later wins", "inputSchema": {"type": "object"}})
+        );
+    }
+
+    #[test]
+    fn order_free_arrays_are_sorted_where_schemas_sit() {
+        let schema = json!({"type": ["string", "null", "string"], "required": ["b", "a"],
+            "properties": {"f": {"enum": [3, 1, 2], "default": [3, 1]}, "g": {"type": ["integer"]}},
+            "anyOf": [{"required": ["y", "x"]}, {"required": ["z"]}]});
+        assert_eq!(
+            normalize_schema(&schema),
+            json!({"type": ["null", "string"], "required": ["a", "b"],
+                "properties": {"f": {"type": "integer", "enum": [1, 2, 3], "default": [3, 1]},
+                    "g": {"type": "integer"}},
+                "anyOf": [{"required": ["x", "y"]}, {"required": ["z"]}]})
+        );
+    }
+}

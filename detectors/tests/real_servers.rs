@@ -1,0 +1,140 @@
+//! Verdicts on real MCP servers' releases (tests/real/, captured by scripts/capture-real-servers.sh).
+//!
+//! For every judged pair of releases, the worst classification driftline gives each tool must be the
+//! one a reviewer wrote in tests/real/pairs.json (`NONE`: the tool's text changed but nothing a client
+//! can observe). The full change list of each pair is kept as a golden file under tests/real/golden/,
+//! so any change of a verdict shows in review; `UPDATE_GOLDEN=1` rewrites them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use driftline_detectors::tool_drift::{diff_tools, schema_hash};
+use driftline_schemas::{ChangeType, Classification, SchemaChange};
+use serde_json::Value;
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/real")
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+}
+
+fn list(server: &str, version: &str) -> Vec<Value> {
+    let path = corpus().join("lists").join(server).join(format!("{version}.json"));
+    read_json(&path).as_array().cloned().unwrap_or_else(|| panic!("{}: not an array", path.display()))
+}
+
+/// The worst classification per tool, as a reviewer reads a diff: a renamed tool is a removal of the
+/// old name (BREAKING) and a new tool under the new name (COMPATIBLE).
+fn worst_per_tool(changes: &[SchemaChange]) -> BTreeMap<String, Classification> {
+    let mut worst: BTreeMap<String, Classification> = BTreeMap::new();
+    let mut note = |tool: &str, class: Classification| {
+        let entry = worst.entry(tool.to_owned()).or_insert(class);
+        *entry = (*entry).max(class);
+    };
+    for change in changes {
+        note(&change.tool_name, change.classification);
+        if change.change_type == ChangeType::ToolRenamed {
+            if let Some(new_name) = change.after.as_str() {
+                note(new_name, Classification::Compatible);
+            }
+        }
+    }
+    worst
+}
+
+fn label(class: Option<Classification>) -> &'static str {
+    class.map_or("NONE", Classification::as_str)
+}
+
+fn render(changes: &[SchemaChange]) -> String {
+    let mut out = String::new();
+    for c in changes {
+        let flags: Vec<&str> = c.security_flags.iter().map(|f| f.rule.as_str()).collect();
+        out.push_str(&format!(
+            "{} {} {} {} {} -> {}",
+            c.classification, c.change_type, c.tool_name, c.path, c.before, c.after
+        ));
+        if !flags.is_empty() {
+            out.push_str(&format!(" [{}]", flags.join(",")));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn verdicts_on_real_releases_match_the_reviewers() {
+    let pairs = read_json(&corpus().join("pairs.json"));
+    let pairs = pairs.as_array().expect("pairs.json is an array");
+    assert!(pairs.len() >= 20, "at least 20 judged pairs, found {}", pairs.len());
+    let servers: BTreeSet<&str> = pairs.iter().filter_map(|p| p["server"].as_str()).collect();
+    assert!(servers.len() >= 15, "at least 15 servers, found {}", servers.len());
+
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let golden_dir = corpus().join("golden");
+    let (mut judged, mut agreed) = (0usize, 0usize);
+    let mut disagreements = Vec::new();
+    let mut golden_drift = Vec::new();
+    for pair in pairs {
+        let (server, old, new) = (
+            pair["server"].as_str().expect("server"),
+            pair["old"].as_str().expect("old"),
+            pair["new"].as_str().expect("new"),
+        );
+        let name = format!("{server} {old} → {new}");
+        let (before, after) = (list(server, old), list(server, new));
+        let changes = diff_tools(&before, &after);
+        // The hash and the diff read one normal form.
+        assert_eq!(
+            changes.is_empty(),
+            schema_hash(&before) == schema_hash(&after),
+            "{name}: hash and diff disagree"
+        );
+        let got = worst_per_tool(&changes);
+        let expected = pair["tools"].as_object().expect("tools");
+        for tool in got.keys() {
+            assert!(expected.contains_key(tool), "{name}: `{tool}` changed but is not judged in pairs.json");
+        }
+        for (tool, judgement) in expected {
+            judged += 1;
+            let want = judgement["worst"].as_str().expect("worst");
+            let have = label(got.get(tool).copied());
+            if have == want {
+                agreed += 1;
+            } else {
+                let why = judgement["why"].as_str().unwrap_or_default();
+                disagreements.push(format!("{name} · {tool}: reviewer {want}, driftline {have} ({why})"));
+            }
+        }
+        let golden = golden_dir.join(format!("{server}@{old}..{new}.txt"));
+        let text = render(&changes);
+        if update {
+            std::fs::create_dir_all(&golden_dir).expect("golden dir");
+            std::fs::write(&golden, &text).expect("write golden");
+        } else if std::fs::read_to_string(&golden).ok().as_deref() != Some(text.as_str()) {
+            golden_drift.push(golden.display().to_string());
+        }
+    }
+    let share = agreed as f64 / judged as f64;
+    println!(
+        "real releases: {agreed}/{judged} tools get the reviewer's worst severity ({:.1}%)",
+        share * 100.0
+    );
+    for line in &disagreements {
+        println!("  {line}");
+    }
+    // BREAKING both ways is exact: every BREAKING caught, nothing BREAKING a reviewer would not call so.
+    let breaking: Vec<&String> = disagreements
+        .iter()
+        .filter(|d| d.contains("reviewer BREAKING") || d.contains("driftline BREAKING"))
+        .collect();
+    assert!(breaking.is_empty(), "BREAKING verdicts differ from the reviewer's:\n{breaking:#?}");
+    assert!(disagreements.is_empty(), "verdicts differ from the reviewer's:\n{disagreements:#?}");
+    assert!(
+        golden_drift.is_empty(),
+        "change lists differ from tests/real/golden (review, then UPDATE_GOLDEN=1): {golden_drift:#?}"
+    );
+}
