@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: run run-distributed bench-distributed helm-check demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -83,6 +83,12 @@ lint:
 
 unit:
 	$(CARGO) test --workspace --locked --lib
+
+## capture-real-servers: install the pinned releases of tests/real/servers.json (npm, PyPI; cached under
+## ~/.cache/driftline/real-servers), start each over stdio and save its complete tools/list in tests/real/lists/.
+## Not part of `make test`, which reads the saved lists. ARGS="--force filesystem@2026.8.31" to redo one.
+capture-real-servers:
+	scripts/capture-real-servers.sh $(ARGS)
 
 ## infra-up / infra-down: Apache Kafka 4.x (KRaft, 127.0.0.1:19092) for `storage.bus = "kafka"` and the
 ## ClickHouse HTTP interface over chDB (127.0.0.1:18123) for `storage.store = "clickhouse"`.

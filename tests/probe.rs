@@ -115,11 +115,7 @@ fn probes_follow_pages_see_changes_and_mark_a_silent_server_down() {
         (change["change_type"].as_str(), change["tool_name"].as_str()),
         (Some("param_became_required"), Some("tool_3"))
     );
-    assert_eq!(
-        history.as_array().map(Vec::len),
-        Some(1),
-        "repeated probes of one change make one event"
-    );
+    assert_eq!(history.as_array().map(Vec::len), Some(1), "repeated probes of one change make one event");
 
     // The server stops answering within the timeout: DOWN with the reason; then it recovers.
     catalog.slow.store(true, Ordering::SeqCst);

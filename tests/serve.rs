@@ -225,14 +225,17 @@ fn one_project_never_sees_another() {
     let (status, view) = alpha.put_json("/api/settings/detector-thresholds", &json!({"baseline": "manual"}));
     assert_eq!((status, view["thresholds"]["baseline"].as_str()), (200, Some("manual")), "{view}");
     assert_eq!(beta.get("/api/settings/detector-thresholds").1["thresholds"]["baseline"], "compatible");
-    let (status, refused) = alpha.put_json("/api/settings/detector-thresholds", &json!({"baseline": "sometimes"}));
+    let (status, refused) =
+        alpha.put_json("/api/settings/detector-thresholds", &json!({"baseline": "sometimes"}));
     assert_eq!(status, 400, "{refused}");
     let added = |n: usize| json!((0..n).map(|i| json!({"name": format!("t{i}")})).collect::<Vec<_>>());
     for client in [&alpha, &beta] {
         assert_eq!(client.put_json("/api/servers/policy/tools", &added(1)).0, 202);
         assert_eq!(client.put_json("/api/servers/policy/tools", &added(2)).0, 202);
     }
-    alpha.wait_for("/api/health/servers/policy", "alpha's compatible change open", |s| s["status"] == "DEGRADED");
+    alpha.wait_for("/api/health/servers/policy", "alpha's compatible change open", |s| {
+        s["status"] == "DEGRADED"
+    });
     beta.wait_for("/api/health/servers/policy/drift-history", "beta's compatible change accepted", |h| {
         h[0]["status"] == "accepted" && h[0]["accepted_by"] == "auto"
     });

@@ -414,8 +414,10 @@ mod tests {
     }
 
     fn impact(consumers: Value, total: u64, message: Option<&str>) -> DriftImpact {
-        serde_json::from_value(json!({"server_name": "search-mcp", "tool_name": "search_web", "window_hours": 24,
-            "consumers": consumers, "total_sessions": total, "message": message}))
+        serde_json::from_value(
+            json!({"server_name": "search-mcp", "tool_name": "search_web", "window_hours": 24,
+            "consumers": consumers, "total_sessions": total, "message": message}),
+        )
         .expect("impact")
     }
 

@@ -186,7 +186,9 @@ pub fn run(api: &Api, accept: bool) -> anyhow::Result<ExitCode> {
             api.get("/api/health/servers/weather-mcp/drift-history?limit=1")?;
         Ok(history.first().is_some_and(|e| e.status == driftline_schemas::EventStatus::Accepted))
     })?;
-    say("   every change is COMPATIBLE, so the default policy (compatible) accepted it: weather-mcp stays UP");
+    say(
+        "   every change is COMPATIBLE, so the default policy (compatible) accepted it: weather-mcp stays UP",
+    );
     say("\n== driftline health");
     client::health(api, None)?;
     say("\n== driftline drift search-mcp");

@@ -451,16 +451,26 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
     let changes = &event["changes"];
     assert_eq!(changes[0]["old_description"], "Fetch a web page as markdown.");
     assert!(changes[0]["new_description"].as_str().is_some_and(|d| d.contains("<IMPORTANT>")));
-    assert_eq!((changes[2]["param_type"].as_str(), changes[2]["param_name"].as_str()), (Some("object"), Some("filters")));
+    assert_eq!(
+        (changes[2]["param_type"].as_str(), changes[2]["param_name"].as_str()),
+        (Some("object"), Some("filters"))
+    );
 
     // An SDK upgrade that changes nothing a client relies on: recorded, accepted at once, still UP.
     let (_, weather) = client.get("/api/health/servers/weather-mcp/drift-history");
     let upgrade = &weather[0];
     assert_eq!(weather.as_array().map(Vec::len), Some(1), "{weather}");
-    assert_eq!((upgrade["status"].as_str(), upgrade["accepted_by"].as_str()), (Some("accepted"), Some("auto")));
+    assert_eq!(
+        (upgrade["status"].as_str(), upgrade["accepted_by"].as_str()),
+        (Some("accepted"), Some("auto"))
+    );
     assert_eq!(upgrade["max_classification"], "COMPATIBLE");
-    let kinds: Vec<&str> =
-        upgrade["changes"].as_array().expect("changes").iter().filter_map(|c| c["change_type"].as_str()).collect();
+    let kinds: Vec<&str> = upgrade["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["change_type"].as_str())
+        .collect();
     assert_eq!(kinds, ["title_changed", "title_changed"], "only the titles are news: {upgrade}");
 
     // Risk follows open drift: once accepted, the callers of search_web are no longer at risk.

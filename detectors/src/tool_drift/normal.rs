@@ -30,13 +30,14 @@ pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
             if key == "name" || key == "_meta" || value.is_null() {
                 continue;
             }
-            let value = match key.as_str() {
-                "inputSchema" | "outputSchema" => normalize_root_schema(value),
-                "annotations" => match normalize_annotations(value) {
+            let value = match (key.as_str(), value) {
+                ("description" | "title", Value::String(text)) => Value::String(layout_free(text)),
+                ("inputSchema" | "outputSchema", _) => normalize_root_schema(value),
+                ("annotations", _) => match normalize_annotations(value) {
                     Some(value) => value,
                     None => continue,
                 },
-                "execution" => match normalize_execution(value) {
+                ("execution", _) => match normalize_execution(value) {
                     Some(value) => value,
                     None => continue,
                 },
@@ -59,6 +60,28 @@ pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
     normal
 }
 
+/// Model-visible text without its layout: line endings, indentation, trailing spaces, runs of spaces and
+/// blank lines say nothing, so re-indenting a description is no change. Words and line breaks stay, and
+/// so does every character that is not whitespace (invisible and direction characters are the security
+/// review's business).
+pub fn layout_free(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank_run = false;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            blank_run = !out.is_empty();
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(if blank_run { "\n\n" } else { "\n" });
+        }
+        blank_run = false;
+        out.push_str(&words.join(" "));
+    }
+    out
+}
+
 /// The MCP defaults of the tool annotation hints (2025-11-25 `ToolAnnotations`).
 pub const ANNOTATION_DEFAULTS: &[(&str, bool)] =
     &[("readOnlyHint", false), ("destructiveHint", true), ("idempotentHint", false), ("openWorldHint", true)];
@@ -79,7 +102,10 @@ fn normalize_annotations(annotations: &Value) -> Option<Value> {
             let moot = read_only && WRITE_ONLY_HINTS.contains(&key.as_str());
             !value.is_null() && !at_default && !moot
         })
-        .map(|(key, value)| (key.clone(), value.clone()))
+        .map(|(key, value)| match (key.as_str(), value) {
+            ("title", Value::String(text)) => (key.clone(), Value::String(layout_free(text))),
+            _ => (key.clone(), value.clone()),
+        })
         .collect();
     (!normal.is_empty()).then_some(Value::Object(normal))
 }
@@ -146,6 +172,7 @@ fn normalize(schema: &Value, drop_definitions: bool) -> Value {
                 Value::Array(items.iter().map(|s| normalize(s, drop_definitions)).collect())
             }
             (k, value) if SCHEMA_KEYWORDS.contains(&k) => normalize(value, drop_definitions),
+            ("description" | "title", Value::String(text)) => Value::String(layout_free(text)),
             (_, value) => value.clone(),
         };
         out.insert(key.clone(), normal);
@@ -566,6 +593,16 @@ mod tests {
         assert!(same(inline.clone(), behind_defs));
         assert!(same(inline.clone(), renamed));
         assert!(same(inline, wrapped));
+    }
+
+    #[test]
+    fn text_layout_is_no_change() {
+        let check = |text: &str, expected: &str| assert_eq!(layout_free(text), expected, "{text:?}");
+        check("  Search   the web.\r\n", "Search the web.");
+        check("Line one\n    line two\n\n\n\tPara two  ", "Line one\nline two\n\nPara two");
+        check("", "");
+        check("a\u{200b}b \u{202e}c", "a\u{200b}b \u{202e}c");
+        assert_ne!(layout_free("one line"), layout_free("one\nline"));
     }
 
     #[test]

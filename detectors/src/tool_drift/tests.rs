@@ -589,6 +589,12 @@ fn tool_metadata_by_meaning() {
         &[],
     );
     check(t(json!({})), t(json!({"title": "Search"})), &["COMPATIBLE title_changed t  null -> \"Search\""]);
+    // Re-indenting model-visible text is no change; rewording is.
+    check(
+        t(json!({"description": "Search the web.\n  Returns links."})),
+        t(json!({"description": "Search the web.\r\nReturns   links.\n"})),
+        &[],
+    );
     check(
         t(json!({"title": "Search"})),
         t(json!({"title": "Find"})),
@@ -846,7 +852,24 @@ fn arb_json() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         (-5i64..5).prop_map(Value::from),
-        prop::sample::select(vec!["string", "integer", "number", "object", "a", "b"]).prop_map(Value::from),
+        prop::sample::select(vec![json!(0.5), json!(9007199254740991u64), json!(-1e300)]),
+        prop::sample::select(vec![
+            "string",
+            "integer",
+            "number",
+            "object",
+            "null",
+            "a",
+            "b",
+            "#",
+            "#/$defs/a",
+            "#/$defs/b",
+            "#/definitions/a",
+            "#/properties/x",
+            "forbidden",
+            "optional",
+        ])
+        .prop_map(Value::from),
     ];
     leaf.prop_recursive(4, 40, 5, |inner| {
         prop_oneof![
@@ -864,7 +887,21 @@ fn arb_json() -> impl Strategy<Value = Value> {
                     "additionalProperties",
                     "default",
                     "x",
-                    "y"
+                    "y",
+                    "a",
+                    "b",
+                    "$ref",
+                    "$defs",
+                    "definitions",
+                    "oneOf",
+                    "allOf",
+                    "const",
+                    "minimum",
+                    "exclusiveMinimum",
+                    "minLength",
+                    "title",
+                    "deprecated",
+                    "$schema"
                 ])
                 .prop_map(String::from),
                 inner,
@@ -876,15 +913,27 @@ fn arb_json() -> impl Strategy<Value = Value> {
 }
 
 fn arb_tools() -> impl Strategy<Value = Vec<Value>> {
-    let tool = (prop::sample::select(vec!["a", "b", "c"]), arb_json(), arb_json(), any::<bool>()).prop_map(
-        |(name, schema, description, with_output)| {
-            let mut tool = json!({"name": name, "inputSchema": schema, "description": description});
-            if with_output {
-                tool["outputSchema"] = json!({"type": "object"});
-            }
-            tool
-        },
+    let hints = prop::collection::btree_map(
+        prop::sample::select(vec!["readOnlyHint", "destructiveHint", "idempotentHint", "title"])
+            .prop_map(String::from),
+        any::<bool>().prop_map(Value::from),
+        0..3,
     );
+    let tool =
+        (prop::sample::select(vec!["a", "b", "c"]), arb_json(), arb_json(), any::<bool>(), hints, arb_json())
+            .prop_map(|(name, schema, description, with_output, hints, execution)| {
+                let mut tool = json!({"name": name, "inputSchema": schema, "description": description});
+                if with_output {
+                    tool["outputSchema"] = json!({"type": "object"});
+                }
+                if !hints.is_empty() {
+                    tool["annotations"] = Value::Object(hints.into_iter().collect());
+                }
+                if execution.is_string() {
+                    tool["execution"] = json!({"taskSupport": execution});
+                }
+                tool
+            });
     prop::collection::vec(prop_oneof![tool, arb_json()], 0..4)
 }
 
