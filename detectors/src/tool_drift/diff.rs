@@ -571,8 +571,15 @@ impl ToolDiffer<'_> {
             old.keys().chain(new.keys()).filter(|k| !HANDLED_KEYWORDS.contains(&k.as_str())).collect();
         for key in others {
             if differs(old.get(key), new.get(key)) {
+                // `x-…` keywords are vendor extensions (OpenAPI's convention, FastMCP's
+                // `x-fastmcp-wrap-result`): no validator reads them.
+                let kind = if key.starts_with("x-") {
+                    ChangeType::SchemaAnnotationChanged
+                } else {
+                    ChangeType::SchemaChanged
+                };
                 self.emit(
-                    ChangeType::SchemaChanged,
+                    kind,
                     Some(dir),
                     path,
                     keyword(key, old.get(key)),

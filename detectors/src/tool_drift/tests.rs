@@ -414,9 +414,15 @@ fn warnings_descriptions_titles_annotations_and_output_schema() {
 #[test]
 fn anything_else_that_differs_is_schema_changed() {
     check_input(
-        json!({"type": "object", "properties": {"q": {"type": "string", "x-widget": "a"}}}),
-        json!({"type": "object", "properties": {"q": {"type": "string", "x-widget": "b"}}}),
-        &["WARNING schema_changed t q {\"x-widget\":\"a\"} -> {\"x-widget\":\"b\"}"],
+        json!({"type": "object", "properties": {"q": {"type": "string", "widget": "a"}}}),
+        json!({"type": "object", "properties": {"q": {"type": "string", "widget": "b"}}}),
+        &["WARNING schema_changed t q {\"widget\":\"a\"} -> {\"widget\":\"b\"}"],
+    );
+    // Vendor extensions are read by no validator.
+    check_output(
+        json!({"type": "object", "properties": {"result": {"type": "string"}}}),
+        json!({"type": "object", "properties": {"result": {"type": "string"}}, "x-fastmcp-wrap-result": true}),
+        &["COMPATIBLE schema_annotation_changed t  {\"x-fastmcp-wrap-result\":null} -> {\"x-fastmcp-wrap-result\":true}"],
     );
     check_input(
         json!({"allOf": [{"required": ["a"]}, {"required": ["b"]}]}),
