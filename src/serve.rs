@@ -269,6 +269,52 @@ async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
+/// `driftline topics migrate-partitioner`: driftline's producer used librdkafka's CRC32 partitioner before
+/// it used the Java clients' murmur2, so a key may now land on another partition than the one its
+/// detector state was stored with. This moves every state to the partition murmur2 gives its key. Run it
+/// once, with the input topics drained (consumer lag 0) and the detectors stopped; it is idempotent.
+pub async fn migrate_partitioner(config: &Config) -> anyhow::Result<()> {
+    use driftline_bus::{partition_for_key, stream, Topic};
+    use driftline_store::{Batch, DetectorState, Streams};
+
+    let settings = config.kafka.settings();
+    let bus = KafkaBus::connect(settings.clone())?;
+    let counts: std::collections::HashMap<String, usize> = bus.describe_topics()?.into_iter().collect();
+    let partitions = |topic: Topic| -> anyhow::Result<u32> {
+        let name = settings.topic_name(topic);
+        match counts.get(&name) {
+            Some(&n) if n > 0 => Ok(n as u32),
+            _ => anyhow::bail!("topic {name} does not exist; run `driftline topics create` first"),
+        }
+    };
+    let (servers, tools) = (partitions(Topic::ToolLists)?, partitions(Topic::Spans)?);
+    let store = open_store(config).await?;
+    let resume = store.resume(Streams::All).await.context("cannot read detector state")?;
+    let total = resume.states.len();
+    let moved: Vec<DetectorState> = resume
+        .states
+        .into_iter()
+        .filter_map(|state| {
+            let (topic, count) = match state.kind.as_str() {
+                "server" => (Topic::ToolLists, servers),
+                "tool" => (Topic::Spans, tools),
+                _ => return None,
+            };
+            let target = stream(topic, partition_for_key(&state.key, count) as i32);
+            (target != state.stream).then_some(DetectorState { stream: target, ..state })
+        })
+        .collect();
+    let count = moved.len();
+    let mut moved = moved.into_iter().peekable();
+    while moved.peek().is_some() {
+        let states: Vec<DetectorState> = moved.by_ref().take(1000).collect();
+        store.apply(Batch { states, ..Default::default() }).await.context("cannot store detector state")?;
+    }
+    tracing::info!(moved = count, states = total, "detector state moved to murmur2 partitions");
+    println!("moved {count} of {total} detector states to the partitions murmur2 gives their keys");
+    Ok(())
+}
+
 /// `driftline topics create|describe` against `[kafka]`.
 pub async fn topics(config: &Config, create: bool) -> anyhow::Result<()> {
     let bus = KafkaBus::connect(config.kafka.settings())?;

@@ -700,3 +700,215 @@ fn sigterm_during_load_loses_nothing_acknowledged() {
         }
     });
 }
+
+/// Apache Kafka's own Java producer (kafka-clients, default partitioner) publishing next to ingest: every
+/// key lands on one partition whoever produced it, so two detectors keep one state per tool and a shape
+/// change sent by the Java producer after ingest's calls fires; a mis-keyed and a keyless record are dead
+/// letters with their reason.
+#[test]
+fn a_java_producer_and_ingest_put_each_key_on_one_partition_and_detectors_keep_one_state_per_tool() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    use serde_json::json;
+    use std::io::Write;
+
+    let dir = temp_dir("split-java");
+    let mut env = environment("java");
+    env.retain(|(k, _)| k != "DRIFTLINE__KAFKA__INSTANCE_ID");
+    let prefix = env
+        .iter()
+        .find(|(k, _)| k == "DRIFTLINE__KAFKA__TOPIC_PREFIX")
+        .map(|(_, v)| v.clone())
+        .expect("prefix");
+    let stages = Stages::migrated(env, &dir);
+    let (ingest, api) = (stages.start("ingest", "ingest"), stages.start("api", "api"));
+    let detectors = [stages.start("detect", "detect-1"), stages.start("detect", "detect-2")];
+    wait_for_spread(&[&detectors[0], &detectors[1]]);
+    let client = Endpoints { api: api.url.clone(), ingest: ingest.url.clone(), metrics: vec![] }.client();
+
+    const TOOLS: usize = 8;
+    let span = |tool: usize, i: usize, value: serde_json::Value| {
+        json!({"project": "default", "span_id": format!("t{tool}-{i}"), "session_id": "s", "agent_name": "gateway",
+            "server": "java-mcp", "tool": format!("t{tool}"), "started_at": "2026-03-26T08:15:42.000Z",
+            "duration_ms": 3, "status": "success", "return_value": value})
+    };
+    // Twelve calls per tool through ingest: each tool's baseline shape.
+    let spans: Vec<serde_json::Value> = (0..TOOLS)
+        .flat_map(|t| (0..12).map(move |i| (t, i)))
+        .map(|(t, i)| span(t, i, json!({"id": i})))
+        .collect();
+    assert_eq!(client.post_json("/v1/spans", &serde_json::Value::Array(spans)).0, 202);
+    client.wait_for("/api/tools", "ingest's calls", |tools| {
+        tools.as_array().is_some_and(|t| t.len() == TOOLS && t.iter().all(|t| t["calls"] == 12))
+    });
+
+    // Ten calls per tool with a new shape from the Java producer, one mis-keyed record and one keyless.
+    let mut lines = String::new();
+    for t in 0..TOOLS {
+        for i in 12..22 {
+            lines.push_str(&format!("default/java-mcp/t{t}\t{}\n", span(t, i, json!({"id": "changed"}))));
+        }
+    }
+    lines.push_str(&format!("default/wrong-server/wrong_tool\t{}\n", span(0, 99, json!({"id": 1}))));
+    lines.push_str(&format!("\t{}\n", span(1, 98, json!({"id": 1}))));
+    let classpath = {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/local/kafka.sh");
+        let out = std::process::Command::new(script).arg("classpath").output().expect("kafka.sh classpath");
+        assert!(out.status.success(), "kafka.sh classpath: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/KeyedProducer.java");
+    let mut java = std::process::Command::new("java")
+        .args(["-cp", &classpath])
+        .arg(&source)
+        .args([kafka_brokers(), format!("{prefix}spans")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start java (Java 17 runs a single-file program)");
+    java.stdin.take().expect("stdin").write_all(lines.as_bytes()).expect("write records");
+    let output = java.wait_with_output().expect("java producer");
+    assert!(output.status.success(), "java producer failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), TOOLS * 10 + 2);
+
+    // Every key is on one partition, whoever produced it.
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", format!("partition-reader-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[&format!("{prefix}spans")]).expect("subscribe");
+    let mut partitions: std::collections::BTreeMap<String, std::collections::BTreeSet<i32>> =
+        Default::default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut read = 0;
+    while read < TOOLS * 22 + 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "read {read} of {} span records in 30 s",
+            TOOLS * 22 + 2
+        );
+        if let Some(Ok(message)) = consumer.poll(std::time::Duration::from_millis(200)) {
+            read += 1;
+            let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+            partitions.entry(key).or_default().insert(message.partition());
+        }
+    }
+    for t in 0..TOOLS {
+        let key = format!("default/java-mcp/t{t}");
+        assert_eq!(partitions[&key].len(), 1, "{key} is on partitions {:?}", partitions[&key]);
+    }
+    let used: std::collections::BTreeSet<i32> = partitions.values().flatten().copied().collect();
+    assert!(used.len() > 1, "the keys should spread over partitions: {used:?}");
+
+    // One state per tool: each tool's new shape fires against ingest's baseline (7 times: while the old
+    // shape still holds two thirds of the window), exactly as a single detector would.
+    for t in 0..TOOLS {
+        let shape =
+            client.wait_for(&format!("/api/tools/java-mcp/t{t}/shape"), "the shape signal", |shape| {
+                shape["signal_groups"][0]["occurrences"] == 7 && shape["telemetry"]["successful_calls"] == 22
+            });
+        assert_eq!(shape["signal_groups"].as_array().map(Vec::len), Some(1), "{shape}");
+    }
+
+    // The mis-keyed and the keyless record are dead letters with their reason.
+    let reader: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", format!("dead-letter-reader-java-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    reader.subscribe(&[&format!("{prefix}dead-letters")]).expect("subscribe");
+    let mut reasons = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while reasons.len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "waited 20 s for 2 dead letters; got {reasons:?}");
+        if let Some(Ok(message)) = reader.poll(std::time::Duration::from_millis(200)) {
+            let letter: serde_json::Value =
+                serde_json::from_slice(message.payload().unwrap_or_default()).expect("dead letter JSON");
+            reasons.push(letter["reason"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    reasons.sort();
+    assert!(
+        reasons[0].contains("does not match the payload, which is keyed \"default/java-mcp/t0\""),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("the record has no key; it must be keyed \"default/java-mcp/t1\""),
+        "{reasons:?}"
+    );
+}
+
+/// `driftline topics migrate-partitioner`: detector state stored under another partitioner (simulated by
+/// shifting every state's partition) is moved to the partition murmur2 gives its key, once; a detector
+/// started afterwards finds every baseline where its records arrive.
+#[test]
+fn migrate_partitioner_moves_state_to_the_partitions_of_its_keys() {
+    use driftline_bus::{partition_for_key, stream, Topic};
+    use serde_json::json;
+
+    let dir = temp_dir("split-repartition");
+    let env = environment("repartition");
+    let database =
+        env.iter().find(|(k, _)| k == "DRIFTLINE__CLICKHOUSE__DATABASE").map(|(_, v)| v.clone()).expect("db");
+    let stages = Stages::migrated(env.clone(), &dir);
+    let Split { ingest, detect, api } = stages.split();
+    let client = Endpoints { api: api.url.clone(), ingest: ingest.url.clone(), metrics: vec![] }.client();
+    const TOOLS: usize = 6;
+    let span = |tool: usize, i: usize, value: serde_json::Value| {
+        json!({"span_id": format!("r{tool}-{i}"), "session_id": "s", "agent_name": "a", "server": "rp",
+            "tool": format!("t{tool}"), "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 3,
+            "status": "success", "return_value": value})
+    };
+    assert_eq!(client.put_json("/api/servers/rp/tools", &json!([{"name": "t0"}])).0, 202);
+    let spans: Vec<serde_json::Value> = (0..TOOLS)
+        .flat_map(|t| (0..12).map(move |i| (t, i)))
+        .map(|(t, i)| span(t, i, json!({"id": i})))
+        .collect();
+    assert_eq!(client.post_json("/v1/spans", &serde_json::Value::Array(spans)).0, 202);
+    client.wait_for("/api/tools", "the baseline calls", |tools| {
+        tools.as_array().is_some_and(|t| t.len() == TOOLS && t.iter().all(|t| t["calls"] == 12))
+    });
+    assert!(detect.terminate().success(), "the detector did not stop cleanly");
+
+    // As an older driftline would have stored it: every state one partition off.
+    clickhouse_rows(
+        &database,
+        "INSERT INTO detector_state SELECT consumer, kind, key, \
+         bitOr(bitAnd(stream, 4294901760), (bitAnd(stream, 65535) + 1) % 4), state \
+         FROM detector_state FINAL WHERE kind IN ('server', 'tool')",
+    );
+    let (code, stdout, stderr) = driftline(&["topics", "migrate-partitioner"], &env);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(&format!("moved {} of", TOOLS + 1)), "{stdout}");
+    let rows = clickhouse_rows(
+        &database,
+        "SELECT kind, key, stream FROM detector_state FINAL WHERE kind IN ('server', 'tool') ORDER BY key",
+    );
+    assert_eq!(rows.len(), TOOLS + 1, "{rows:?}");
+    for row in &rows {
+        let key = row["key"].as_str().unwrap_or_default();
+        let topic = if row["kind"] == "server" { Topic::ToolLists } else { Topic::Spans };
+        let expected = stream(topic, partition_for_key(key, 4) as i32);
+        assert_eq!(row["stream"].as_u64(), Some(u64::from(expected)), "{key}: {row}");
+    }
+    let (code, stdout, _) = driftline(&["topics", "migrate-partitioner"], &env);
+    let again =
+        format!("moved 0 of {} detector states to the partitions murmur2 gives their keys", TOOLS + 1);
+    assert_eq!((code, stdout.trim()), (0, again.as_str()), "a second run moves nothing");
+
+    // A detector started now has every tool's baseline: a new shape fires at once.
+    let _detect = stages.start("detect", "detect-again");
+    let changed: Vec<serde_json::Value> = (0..TOOLS).map(|t| span(t, 99, json!({"id": "changed"}))).collect();
+    assert_eq!(client.post_json("/v1/spans", &serde_json::Value::Array(changed)).0, 202);
+    for t in 0..TOOLS {
+        client.wait_for(
+            &format!("/api/tools/rp/t{t}/shape"),
+            "a signal against the kept baseline",
+            |shape| shape["signal_groups"][0]["occurrences"] == 1,
+        );
+    }
+}

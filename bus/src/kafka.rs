@@ -66,7 +66,8 @@ impl KafkaSettings {
     }
 }
 
-fn stream(topic: Topic, partition: i32) -> u32 {
+/// The stream number of a topic's partition: topic index × 65536 + partition.
+pub fn stream(topic: Topic, partition: i32) -> u32 {
     let index = TOPICS.iter().position(|t| *t == topic).unwrap_or(0) as u32;
     (index << 16) | (partition.max(0) as u32 & 0xffff)
 }
@@ -86,6 +87,10 @@ impl KafkaBus {
         let producer = settings
             .client()
             .set("enable.idempotence", "true")
+            // The Java clients' partitioner (console producer, Streams, Connect, Spring): a key lands on
+            // the partition any producer following the documentation picks, so one tool's records stay
+            // on one partition, with one detector.
+            .set("partitioner", "murmur2_random")
             .set("acks", "all")
             .set("compression.type", "lz4")
             .set("linger.ms", "5")

@@ -3,6 +3,7 @@
 //! the same traits.
 
 mod kafka;
+mod partition;
 mod sqlite;
 
 use std::collections::BTreeMap;
@@ -13,7 +14,8 @@ use driftline_schemas::{InputPosition, Timestamp};
 /// The last processed offset of each input partition (`InputPosition::partition` → offset).
 pub type Positions = BTreeMap<u32, u64>;
 
-pub use kafka::{KafkaBus, KafkaGroupConsumer, KafkaSettings};
+pub use kafka::{stream, KafkaBus, KafkaGroupConsumer, KafkaSettings};
+pub use partition::{murmur2, partition_for_key};
 pub use sqlite::SqliteBus;
 
 /// The topics of DESIGN.md §8 (without the `driftline.` prefix).

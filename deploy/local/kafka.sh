@@ -2,6 +2,7 @@
 # Apache Kafka 4.x, single-node KRaft on 127.0.0.1:19092, for local runs and tests.
 #   deploy/local/kafka.sh up      fetch the jars once (Maven Central, cached), format, start, wait until ready
 #   deploy/local/kafka.sh down    stop it
+#   deploy/local/kafka.sh classpath   fetch the jars once and print their classpath (Kafka's own Java clients)
 # Quiet on success; on failure it prints the tail of the broker log. Idempotent.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -69,5 +70,6 @@ down() { stop; }
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+  classpath) fetch; echo "$CACHE/libs/*" ;;
+  *) echo "usage: $0 up|down|classpath" >&2; exit 2 ;;
 esac

@@ -1,11 +1,15 @@
 """Send what an MCP client sees to driftline: the server's tool list, and one span per tool call.
 
-Use with the official `mcp` Python SDK's `ClientSession`; no driftline package is needed (standard library
-HTTP only). Drop this file into your agent and wrap your session:
+Use with the official `mcp` Python SDK: a `ClientSession`, or on mcp 2.x also an `mcp.Client`. No driftline
+package is needed (standard library HTTP only). Drop this file into your agent and wrap your session:
 
     capture = DriftlineCapture("http://127.0.0.1:8000", server="search-mcp", agent="planner")
     await capture.tool_list(session)                     # after initialize, and whenever tools change
     result = await capture.call_tool(session, "search", {"q": "drift"}, session_id="conv-1")
+
+Tested with mcp 2.3.0 and mcp 1.30.0. The two differ in field names (2.x `next_cursor`, `is_error`,
+`structured_content`; 1.x `nextCursor`, `isError`, `structuredContent`), which `_field` reads either way, and in
+listing pages (`ClientSession.list_tools(params=...)` on both, `Client.list_tools(cursor=...)` on 2.x).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mcp import ClientSession
+from mcp.types import PaginatedRequestParams
 
 
 class DriftlineError(RuntimeError):
@@ -46,20 +51,29 @@ class DriftlineCapture:
         except OSError as err:
             raise DriftlineError(f"{method} {path}: {err}") from err
 
-    async def tool_list(self, session: ClientSession) -> int:
-        """Sends the complete tool list (every page) as one snapshot; returns how many tools it held."""
+    async def tool_list(self, session) -> int:
+        """Sends the complete tool list (every page) as one snapshot; returns how many tools it held.
+
+        `session` is a `ClientSession` (mcp 1.x or 2.x) or an mcp 2.x `Client`.
+        """
         tools, cursor = [], None
         while True:
-            page = await session.list_tools(cursor=cursor)
+            if isinstance(session, ClientSession):
+                page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
+            else:  # mcp 2.x `Client`
+                page = await session.list_tools(cursor=cursor)
             tools.extend(tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in page.tools)
-            cursor = page.nextCursor
+            cursor = _field(page, "next_cursor", "nextCursor")
             if not cursor:
                 break
         self._send("PUT", f"/api/servers/{self.server}/tools", {"tools": tools, "source": "sdk"})
         return len(tools)
 
-    async def call_tool(self, session: ClientSession, tool: str, arguments: dict | None = None, session_id: str | None = None):
-        """Calls the tool through `session` and records the call (its return value is reduced to a shape)."""
+    async def call_tool(self, session, tool: str, arguments: dict | None = None, session_id: str | None = None):
+        """Calls the tool through `session` (as for `tool_list`) and records the call; returns the tool's result.
+
+        driftline reduces the recorded return value to a shape. A result flagged as an error counts as a failed call.
+        """
         started = datetime.now(timezone.utc)
         clock = time.perf_counter()
         error, result = None, None
@@ -73,7 +87,7 @@ class DriftlineCapture:
             "tool": tool,
             "started_at": started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "duration_ms": (time.perf_counter() - clock) * 1000,
-            "status": "error" if error or (result is not None and result.isError) else "success",
+            "status": "error" if error or (result is not None and _field(result, "is_error", "isError")) else "success",
         }
         if self.agent:
             span["agent_name"] = self.agent
@@ -94,10 +108,16 @@ class DriftlineCapture:
 _ABSENT = object()
 
 
+def _field(model, name: str, v1_name: str) -> Any:
+    """A result field by its mcp 2.x name, else by its mcp 1.x (camelCase) name."""
+    return getattr(model, name) if hasattr(model, name) else getattr(model, v1_name)
+
+
 def _return_value(result) -> Any:
     """The value an agent reads: structured content when the tool gives it, else the JSON in its text."""
-    if result.structuredContent is not None:
-        return result.structuredContent
+    structured = _field(result, "structured_content", "structuredContent")
+    if structured is not None:
+        return structured
     texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
     if len(texts) != 1:
         return _ABSENT

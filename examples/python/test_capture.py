@@ -1,4 +1,7 @@
-"""Runs the capture snippet against `driftline serve` with a real MCP server (FastMCP, in memory)."""
+"""Runs the capture snippet against `driftline serve` with a real MCP server (MCPServer / FastMCP, in memory).
+
+Works with mcp 2.x (pinned in requirements.txt) and mcp 1.x.
+"""
 
 import asyncio
 import json
@@ -7,10 +10,17 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from contextlib import asynccontextmanager
 
 import pytest
-from mcp.server.fastmcp import FastMCP
-from mcp.shared.memory import create_connected_server_and_client_session
+
+try:  # mcp 2.x: FastMCP is now MCPServer, and `Client` connects to it in process
+    from mcp import Client
+    from mcp.server.mcpserver import MCPServer
+except ImportError:  # mcp 1.x
+    Client = None
+    from mcp.server.fastmcp import FastMCP as MCPServer
+    from mcp.shared.memory import create_connected_server_and_client_session
 
 from driftline_capture import DriftlineCapture
 
@@ -48,11 +58,13 @@ def wait_for(url, done, what):
         time.sleep(0.05)
 
 
-def weather_server(shape_changed: bool) -> FastMCP:
-    server = FastMCP("weather")
+def weather_server(shape_changed: bool) -> MCPServer:
+    server = MCPServer("weather")
 
     @server.tool(description="Forecast for a city.")
     def get_forecast(city: str, days: int = 1) -> dict:
+        if city == "Atlantis":
+            raise ValueError("no such city")  # the client gets a result flagged as an error
         return {"city": city, "temp": "warm"} if shape_changed else {"city": city, "temp_c": 21.5}
 
     @server.tool(description="Weather alerts for a region.")
@@ -62,17 +74,31 @@ def weather_server(shape_changed: bool) -> FastMCP:
     return server
 
 
-async def run_agent(url: str, calls: int, shape_changed: bool) -> int:
+@asynccontextmanager
+async def connect(server, raw_session: bool):
+    """mcp 1.x: a `ClientSession`. mcp 2.x: a `Client`, or with `raw_session` the `ClientSession` inside it."""
+    if Client is None:
+        async with create_connected_server_and_client_session(server) as session:
+            yield session
+    else:
+        async with Client(server) as client:
+            yield client.session if raw_session else client
+
+
+async def run_agent(url: str, calls: int, shape_changed: bool, raw_session: bool = False, failing: int = 0) -> int:
     capture = DriftlineCapture(url, server="weather-mcp", agent="travel-bot")
-    async with create_connected_server_and_client_session(weather_server(shape_changed)) as session:
+    async with connect(weather_server(shape_changed), raw_session) as session:
         count = await capture.tool_list(session)
         for i in range(calls):
             await capture.call_tool(session, "get_forecast", {"city": "Melbourne"}, session_id=f"trip-{i % 2}")
+        for _ in range(failing):
+            result = await capture.call_tool(session, "get_forecast", {"city": "Atlantis"}, session_id="trip-0")
+            assert getattr(result, "is_error", None) or getattr(result, "isError", None), result
     return count
 
 
 def test_tool_list_and_spans_reach_driftline(driftline):
-    assert asyncio.run(run_agent(driftline, calls=10, shape_changed=False)) == 2
+    assert asyncio.run(run_agent(driftline, calls=10, shape_changed=False, failing=1)) == 2
     servers = wait_for(f"{driftline}/api/health/servers", lambda s: s and s[0]["status"] == "UP", "the tool list")
     assert servers[0]["server_name"] == "weather-mcp" and servers[0]["tool_count"] == 2
     tools = get(f"{driftline}/api/servers/weather-mcp/tools")
@@ -81,7 +107,7 @@ def test_tool_list_and_spans_reach_driftline(driftline):
     assert forecast["input_schema"]["required"] == ["city"]
 
     # The tool starts returning a different shape: driftline flags it.
-    asyncio.run(run_agent(driftline, calls=2, shape_changed=True))
+    asyncio.run(run_agent(driftline, calls=2, shape_changed=True, raw_session=True))
     shape = wait_for(
         f"{driftline}/api/tools/weather-mcp/get_forecast/shape",
         lambda s: s["signal_groups"] and s["signal_groups"][0]["occurrences"] == 2,
@@ -91,5 +117,6 @@ def test_tool_list_and_spans_reach_driftline(driftline):
     assert reasons == ["temp_c", "temp"]
     impact = get(f"{driftline}/api/health/servers/weather-mcp/drift-impact?tool_name=get_forecast")
     assert impact["consumers"][0]["agent_name"] == "travel-bot"
-    assert impact["consumers"][0]["call_count"] == 12
+    assert impact["consumers"][0]["call_count"] == 13
+    assert impact["consumers"][0]["error_count"] == 1
     assert impact["total_sessions"] == 2

@@ -57,7 +57,9 @@ enum Command {
     },
     /// Create (or describe) the Kafka topics of `[kafka]`.
     Topics {
-        #[arg(value_parser = ["create", "describe"])]
+        /// create | describe | migrate-partitioner (once, after upgrading from a driftline whose producer
+        /// partitioned by CRC32: moves detector state to the murmur2 partitions; detectors stopped, lag 0).
+        #[arg(value_parser = ["create", "describe", "migrate-partitioner"])]
         action: String,
         #[arg(long)]
         config: Option<std::path::PathBuf>,
@@ -205,7 +207,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Topics { action, config } => {
             let config = crate::config::Config::load(config.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-            runtime.block_on(crate::serve::topics(&config, action == "create"))?;
+            if action == "migrate-partitioner" {
+                runtime.block_on(crate::serve::migrate_partitioner(&config))?;
+            } else {
+                runtime.block_on(crate::serve::topics(&config, action == "create"))?;
+            }
             Ok(ExitCode::from(EXIT_OK))
         }
         Command::Health { server, connection } => {

@@ -288,23 +288,32 @@ impl<C: Consumer> Worker<C> {
             // acceptance applies in order with the lists, on the instance that owns the server.
             Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
                 Ok(snapshot) => check_owner(&snapshot.project, &snapshot.server)
+                    .and_then(|()| check_key(record, &snapshot.key()))
                     .map(|()| self.tool_list(&snapshot, record, batch, dirty)),
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                         check_owner(&failure.project, &failure.server)
+                            .and_then(|()| {
+                                check_key(record, &format!("{}/{}", failure.project, failure.server))
+                            })
                             .map(|()| self.probe_failure(&failure, record, batch, dirty))
                     } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload) {
-                        self.command(command, record, batch, dirty);
-                        Ok(())
+                        check_key(record, &command.key())
+                            .map(|()| self.command(command, record, batch, dirty))
                     } else {
                         Err(format!("not a tool-list snapshot: {err}"))
                     }
                 }
             },
-            Topic::Spans => self.read_call(record).map(|call| self.call(call, record, batch, dirty)),
+            Topic::Spans => self
+                .read_call(record)
+                .and_then(|call| check_key(record, &call.key()).map(|()| call))
+                .map(|call| self.call(call, record, batch, dirty)),
             Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
-                .map(|command| self.command(command, record, batch, dirty))
-                .map_err(|err| format!("not an operator command: {err}")),
+                .map_err(|err| format!("not an operator command: {err}"))
+                .and_then(|command| {
+                    check_key(record, &command.key()).map(|()| self.command(command, record, batch, dirty))
+                }),
             Topic::DeadLetters => Err("dead letters are not detector input".to_owned()),
         };
         if let Err(reason) = &outcome {
@@ -324,10 +333,9 @@ impl<C: Consumer> Worker<C> {
         let span: ToolCallSpan =
             serde_json::from_slice(&record.payload).map_err(|err| format!("not a tool-call span: {err}"))?;
         span.check()?;
-        let project = span
-            .project
-            .clone()
-            .unwrap_or_else(|| record.key.split('/').next().unwrap_or_default().to_owned());
+        // The published schema requires `project` of other producers (ingest sets it from the API key).
+        let project =
+            span.project.clone().ok_or("project is required (schemas/json/tool-call-span.v1.json)")?;
         check_owner(&project, &span.server)?;
         Ok(record_from_span(&span, &project, record.appended_at))
     }
@@ -523,6 +531,18 @@ fn check_owner(project: &str, server: &str) -> Result<(), String> {
         return Err("project must be 1-256 characters".into());
     }
     check_server_name(server)
+}
+
+/// A record's key decides its partition, and the partition decides which detector holds the state: a
+/// record keyed for another stream (or not keyed) would be counted in the wrong state, so it is refused.
+fn check_key(record: &Delivered, expected: &str) -> Result<(), String> {
+    if record.key.is_empty() {
+        return Err(format!("the record has no key; it must be keyed {expected:?}"));
+    }
+    if record.key != expected {
+        return Err(format!("key {:?} does not match the payload, which is keyed {expected:?}", record.key));
+    }
+    Ok(())
 }
 
 fn dead_letter(record: &Delivered, reason: String) -> Message {
