@@ -148,3 +148,91 @@ fn protobuf_and_json_traces_become_tool_calls() {
     assert!(metrics.contains("driftline_ingest_otlp_spans_total{result=\"skipped\"} 2"), "{metrics}");
     assert!(metrics.contains("driftline_ingest_otlp_spans_total{result=\"tool_call\"} 15"), "{metrics}");
 }
+
+/// The tool calls an MCP server's own SDK reports (span kind SERVER, named by the resource's service),
+/// compressed with zlib `deflate` as the OpenTelemetry SDKs offer it; the server, seen only in traces, is
+/// listed as UNKNOWN. Encodings other than gzip and deflate are refused.
+#[test]
+fn deflate_and_server_side_spans_of_a_server_seen_only_in_traces() {
+    use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+
+    let dir = temp_dir("otlp-server-side");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let now = now_ns();
+    let spans: Vec<Span> = (0..4u64)
+        .map(|i| Span {
+            trace_id: vec![9; 16],
+            span_id: (i + 100).to_be_bytes().to_vec(),
+            name: "tools/call get_forecast".into(),
+            kind: SpanKind::Server as i32,
+            start_time_unix_nano: now,
+            end_time_unix_nano: now + 5_000_000,
+            attributes: vec![
+                kv("mcp.method.name", "tools/call"),
+                kv("mcp.protocol.version", "2025-11-25"),
+                kv("jsonrpc.request.id", &i.to_string()),
+                kv("gen_ai.operation.name", "execute_tool"),
+                kv("gen_ai.tool.name", "get_forecast"),
+            ],
+            status: (i == 3)
+                .then(|| Status { code: status::StatusCode::Error as i32, message: String::new() }),
+            ..Default::default()
+        })
+        .collect();
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "weather-mcp")],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+            ..Default::default()
+        }],
+    };
+    let mut deflate = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    deflate.write_all(&request.encode_to_vec()).expect("deflate");
+    let body = deflate.finish().expect("deflate");
+    let (status, answer) = client.send_with(
+        "POST",
+        "/v1/traces",
+        &body,
+        &[("Content-Type", "application/x-protobuf"), ("Content-Encoding", "Deflate")],
+    );
+    assert_eq!(status, 200, "{answer}");
+    let tools = client.wait_for("/api/tools", "the server's own tool calls", |tools| tools[0]["calls"] == 4);
+    assert_eq!(
+        (tools[0]["server"].as_str(), tools[0]["errors"].as_u64()),
+        (Some("weather-mcp"), Some(1)),
+        "{tools}"
+    );
+    let servers = client.get("/api/health/servers").1;
+    assert_eq!(servers[0]["server_name"], "weather-mcp", "{servers}");
+    assert_eq!(servers[0]["status"], "UNKNOWN", "{servers}");
+    let (status, one) = client.get("/api/health/servers/weather-mcp");
+    assert_eq!((status, one["status"].as_str()), (200, Some("UNKNOWN")), "{one}");
+    // Once its tool list arrives the server is UP like any other.
+    assert_eq!(
+        client.put_json("/api/servers/weather-mcp/tools", &serde_json::json!([{"name": "get_forecast"}])).0,
+        202
+    );
+    client.wait_for("/api/health/servers/weather-mcp", "the server UP", |s| s["status"] == "UP");
+
+    for encoding in ["br", "gzip, deflate", "compress"] {
+        let (status, answer) = client.send_with(
+            "POST",
+            "/v1/traces",
+            &body,
+            &[("Content-Type", "application/x-protobuf"), ("Content-Encoding", encoding)],
+        );
+        assert_eq!(status, 415, "{encoding}: {answer}");
+        assert!(answer["error"].as_str().is_some_and(|e| e.contains("send gzip, deflate")), "{answer}");
+    }
+    let (status, _) = client.send_with(
+        "POST",
+        "/v1/traces",
+        b"not deflate",
+        &[("Content-Type", "application/x-protobuf"), ("Content-Encoding", "deflate")],
+    );
+    assert_eq!(status, 400);
+}

@@ -285,10 +285,45 @@ fn otlp_response(encoding: OtlpEncoding, rejected: &[String]) -> Response {
     }
 }
 
-/// OTLP/HTTP traces: protobuf or JSON, optionally gzip-compressed. Tool-call spans become spans; others
+#[derive(Debug, Clone, Copy)]
+enum Compression {
+    Gzip,
+    /// HTTP's `deflate` is zlib (RFC 1950); some clients send a bare deflate stream, which is read too.
+    Deflate,
+}
+
+/// The decompressed body, at most `limit` bytes (a larger one is 413, so a small bomb cannot grow memory).
+fn inflate(bytes: &[u8], compression: Compression, limit: usize) -> Result<Vec<u8>, ApiError> {
+    use std::io::Read;
+    let read = |reader: &mut dyn Read| {
+        let mut inflated = Vec::new();
+        reader.take(limit as u64 + 1).read_to_end(&mut inflated).map(|n| (n, inflated))
+    };
+    let result = match compression {
+        Compression::Gzip => read(&mut flate2::read::GzDecoder::new(bytes)),
+        Compression::Deflate => read(&mut flate2::read::ZlibDecoder::new(bytes))
+            .or_else(|_| read(&mut flate2::read::DeflateDecoder::new(bytes))),
+    };
+    match result {
+        Ok((n, _)) if n > limit => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("decompressed body is larger than {limit} bytes"),
+        )),
+        Ok((_, inflated)) => Ok(inflated),
+        Err(err) => {
+            let name = match compression {
+                Compression::Gzip => "gzip",
+                Compression::Deflate => "deflate",
+            };
+            Err(ApiError::bad_request(format!("body is not valid {name}: {err}")))
+        }
+    }
+}
+
+/// OTLP/HTTP traces: protobuf or JSON, optionally gzip- or deflate-compressed. Tool-call spans become spans; others
 /// are counted and skipped (see [`otlp`] for the mapping).
 #[utoipa::path(post, path = "/v1/traces", tag = "ingest",
-    request_body(content = Object, description = "ExportTraceServiceRequest as application/x-protobuf or application/json (gzip allowed)"),
+    request_body(content = Object, description = "ExportTraceServiceRequest as application/x-protobuf or application/json (Content-Encoding gzip or deflate allowed; others 415)"),
     responses((status = 200, description = "ExportTraceServiceResponse, with partial_success when tool calls were rejected"),
         (status = 400, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn traces(
@@ -312,23 +347,22 @@ async fn traces(
     };
     let limit = state.limits.max_body_bytes;
     let mut bytes = read_body(&headers, body, limit).await?.to_vec();
-    let gzip =
-        headers.get(axum::http::header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()) == Some("gzip");
-    if gzip {
-        use std::io::Read;
-        let mut inflated = Vec::new();
-        let read =
-            flate2::read::GzDecoder::new(bytes.as_slice()).take(limit as u64 + 1).read_to_end(&mut inflated);
-        match read {
-            Ok(n) if n > limit => {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("decompressed body is larger than {limit} bytes"),
-                ))
-            }
-            Ok(_) => bytes = inflated,
-            Err(err) => return Err(ApiError::bad_request(format!("body is not valid gzip: {err}"))),
+    let content_encoding = headers
+        .get(axum::http::header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase());
+    let compression = match content_encoding.as_deref() {
+        None | Some("") | Some("identity") => None,
+        Some("gzip") | Some("x-gzip") => Some(Compression::Gzip),
+        Some("deflate") => Some(Compression::Deflate),
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("content encoding {other:?}: send gzip, deflate or no Content-Encoding"),
+            ))
         }
+    };
+    if let Some(compression) = compression {
+        bytes = inflate(&bytes, compression, limit)?;
     }
     let request: ExportTraceServiceRequest = match encoding {
         OtlpEncoding::Protobuf => prost::Message::decode(bytes.as_slice())

@@ -8,11 +8,11 @@
 //! |---|---|
 //! | is a tool call | `gen_ai.operation.name = execute_tool`, or `mcp.method.name = tools/call` |
 //! | tool | `gen_ai.tool.name`, `mcp.tool.name` |
-//! | server | `mcp.server.name`, `server.address` (with `:server.port` when set), resource `service.name` of an MCP server span |
+//! | server | `mcp.server.name`, `server.address` (with `:server.port` when set); on an MCP server's own span (kind SERVER) `mcp.server.name`, else the resource `service.name` |
 //! | span_id | `gen_ai.tool.call.id`, else the span id (hex) |
 //! | trace_id | the trace id (hex) |
 //! | session_id | `gen_ai.conversation.id`, `mcp.session.id`, `session.id` |
-//! | agent_name | `gen_ai.agent.name`, else resource `service.name` |
+//! | agent_name | `gen_ai.agent.name`, else resource `service.name`; on a server span `gen_ai.agent.name`, `mcp.client.name` (else unknown) |
 //! | started_at, duration_ms | start and end time of the span |
 //! | status, error | span status ERROR → `error` with the status message or `error.type`; otherwise `success` |
 //! | return_value | `gen_ai.tool.call.result` (JSON text is parsed; other text is a string value) |
@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use driftline_schemas::{CallStatus, Timestamp, ToolCallSpan};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::value::RawValue;
@@ -96,13 +97,25 @@ fn tool_call(
     let tool = first(&own, &["gen_ai.tool.name", "mcp.tool.name"])
         .cloned()
         .ok_or("no gen_ai.tool.name attribute")?;
+    // An MCP server's own span (kind SERVER, as the official SDKs emit them) names no server address:
+    // the server is the service that emitted it. Its resource names the server, not the calling agent.
+    let server_side = span.kind == SpanKind::Server as i32;
+    let service = first(&[resource], &["service.name"]).filter(|name| !name.starts_with("unknown_service"));
     let server = match (first(&own, &["mcp.server.name"]), first(&own, &["server.address"])) {
         (Some(name), _) => name.clone(),
-        (None, Some(address)) => match attrs.get("server.port") {
+        (None, Some(address)) if !server_side => match attrs.get("server.port") {
             Some(port) => format!("{address}:{port}"),
             None => address.clone(),
         },
-        (None, None) => return Err("no mcp.server.name or server.address attribute".into()),
+        _ if server_side => service
+            .cloned()
+            .ok_or("an MCP server span needs mcp.server.name or the resource service.name of the server")?,
+        _ => return Err("no mcp.server.name or server.address attribute".into()),
+    };
+    let agent_name = if server_side {
+        first(&own, &["gen_ai.agent.name", "mcp.client.name"]).cloned()
+    } else {
+        first(&both, &["gen_ai.agent.name", "service.name"]).cloned()
     };
     let started =
         i64::try_from(span.start_time_unix_nano / 1_000_000).map_err(|_| "start time out of range")?;
@@ -132,7 +145,7 @@ fn tool_call(
         span_id: first(&own, &["gen_ai.tool.call.id"]).cloned().unwrap_or_else(|| hex::encode(&span.span_id)),
         trace_id: (!span.trace_id.is_empty()).then(|| hex::encode(&span.trace_id)),
         session_id: first(&own, &["gen_ai.conversation.id", "mcp.session.id", "session.id"]).cloned(),
-        agent_name: first(&both, &["gen_ai.agent.name", "service.name"]).cloned(),
+        agent_name,
         server,
         tool,
         started_at,
@@ -241,6 +254,41 @@ mod tests {
                 "return_value": "not json"}),
             ),
         );
+    }
+
+    /// The span the official MCP Python SDK (2.x) emits on the server side of a tools/call.
+    #[test]
+    fn an_mcp_servers_own_span_is_named_by_its_service() {
+        let attributes = vec![
+            kv("mcp.method.name", "tools/call"),
+            kv("mcp.protocol.version", "2025-11-25"),
+            kv("jsonrpc.request.id", "7"),
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", "get_forecast"),
+        ];
+        let mut server_span = span(attributes.clone(), None);
+        server_span.kind = SpanKind::Server as i32;
+        let mut request = request(vec![server_span.clone()]);
+        let mapped = map_request(&request);
+        assert!(mapped.rejected.is_empty(), "{:?}", mapped.rejected);
+        let call = serde_json::to_value(&mapped.spans[0]).expect("json");
+        assert_eq!(
+            (call["server"].as_str(), call["tool"].as_str()),
+            (Some("planner-service"), Some("get_forecast"))
+        );
+        assert_eq!(call["agent_name"], serde_json::Value::Null, "the resource is the server, not the agent");
+        // A server that kept the SDK's default service name cannot be told apart from others.
+        if let Some(resource) = request.resource_spans[0].resource.as_mut() {
+            resource.attributes = vec![kv("service.name", "unknown_service:python")];
+        }
+        let mapped = map_request(&request);
+        assert!(
+            mapped.rejected[0].ends_with("the resource service.name of the server"),
+            "{:?}",
+            mapped.rejected
+        );
+        // The same attributes on a client span still need the server named.
+        check(attributes, None, Err("no mcp.server.name or server.address attribute"));
     }
 
     #[test]

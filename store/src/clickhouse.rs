@@ -578,7 +578,8 @@ impl Store for ClickHouseStore {
             .bind(project)
             .fetch_all()
             .await?;
-        rows.into_iter()
+        let servers = rows
+            .into_iter()
             .map(|row| {
                 let (open_drift, severity) = open.get(&row.server_name).cloned().unwrap_or_default();
                 Ok(ServerHealth {
@@ -593,7 +594,14 @@ impl Store for ClickHouseStore {
                     server_name: row.server_name,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let traced: Vec<String> = self
+            .client
+            .query("SELECT DISTINCT server FROM tool_shapes WHERE project = ?")
+            .bind(project)
+            .fetch_all()
+            .await?;
+        Ok(views::with_trace_only_servers(servers, traced))
     }
 
     async fn drift_history(

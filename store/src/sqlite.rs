@@ -376,7 +376,10 @@ impl Store for SqliteStore {
                     server_name,
                 });
             }
-            Ok(servers)
+            let mut traced =
+                connection.prepare_cached("SELECT DISTINCT server FROM tool_shapes WHERE project = ?1")?;
+            let traced = traced.query_map(params![project], |row| row.get::<_, String>(0))?;
+            Ok(views::with_trace_only_servers(servers, traced.collect::<Result<_, _>>()?))
         })
         .await
     }

@@ -36,6 +36,34 @@ pub(crate) fn parse_name<T: serde::de::DeserializeOwned>(name: &str) -> Result<T
     Ok(serde_json::from_value(Value::String(name.to_owned()))?)
 }
 
+/// Servers seen only in traces (calls, no tool list yet) join the list as UNKNOWN, so a server that
+/// agents call is never missing from health.
+pub(crate) fn with_trace_only_servers(
+    mut servers: Vec<driftline_schemas::api::ServerHealth>,
+    traced: Vec<String>,
+) -> Vec<driftline_schemas::api::ServerHealth> {
+    let known: BTreeSet<String> = servers.iter().map(|s| s.server_name.clone()).collect();
+    for server_name in traced.into_iter().collect::<BTreeSet<_>>() {
+        if !known.contains(&server_name) {
+            servers.push(driftline_schemas::api::ServerHealth {
+                server_name,
+                status: driftline_schemas::ServerStatus::Unknown,
+                schema_hash: None,
+                tool_count: 0,
+                last_seen: None,
+                latency_ms: None,
+                open_drift: OpenDriftCounts::default(),
+                max_severity: None,
+                note: Some(TRACE_ONLY_NOTE.to_owned()),
+            });
+        }
+    }
+    servers.sort_by(|a, b| a.server_name.cmp(&b.server_name));
+    servers
+}
+
+pub const TRACE_ONLY_NOTE: &str = "seen in traces only: no tool list yet";
+
 /// Open drift per server from (server, max classification, max severity) of every open event.
 pub(crate) fn open_counts(
     rows: impl IntoIterator<Item = (String, Option<String>, Option<String>)>,
