@@ -4,15 +4,7 @@ Works with mcp 2.x (pinned in requirements.txt) and mcp 1.x.
 """
 
 import asyncio
-import json
-import os
-import subprocess
-import tempfile
-import time
-import urllib.request
 from contextlib import asynccontextmanager
-
-import pytest
 
 try:  # mcp 2.x: FastMCP is now MCPServer, and `Client` connects to it in process
     from mcp import Client
@@ -22,41 +14,8 @@ except ImportError:  # mcp 1.x
     from mcp.server.fastmcp import FastMCP as MCPServer
     from mcp.shared.memory import create_connected_server_and_client_session
 
+from conftest import get, wait_for
 from driftline_capture import DriftlineCapture
-
-BIN = os.environ.get("DRIFTLINE_BIN", os.path.join(os.path.dirname(__file__), "../../target/debug/driftline"))
-
-
-@pytest.fixture()
-def driftline():
-    data = tempfile.mkdtemp(prefix="driftline-py-")
-    process = subprocess.Popen(
-        [BIN, "serve", "--bind", "127.0.0.1:0", "--data-dir", data],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    line = process.stdout.readline()
-    assert line.startswith("driftline listening on "), line
-    yield line.strip().removeprefix("driftline listening on ")
-    process.terminate()
-    process.wait(timeout=20)
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
-
-
-def wait_for(url, done, what):
-    deadline = time.monotonic() + 10
-    while True:
-        body = get(url)
-        if done(body):
-            return body
-        assert time.monotonic() < deadline, f"waited 10 s for {what}: {body}"
-        time.sleep(0.05)
-
 
 def weather_server(shape_changed: bool) -> MCPServer:
     server = MCPServer("weather")

@@ -7,7 +7,7 @@
 //! | ToolCallSpan | taken from (first present) |
 //! |---|---|
 //! | is a tool call | `gen_ai.operation.name = execute_tool`, or `mcp.method.name = tools/call` |
-//! | tool | `gen_ai.tool.name`, `mcp.tool.name` |
+//! | tool | `gen_ai.tool.name`, `mcp.tool.name`, else the span name's `tools/call NAME` |
 //! | server | `mcp.server.name`, `server.address` (with `:server.port` when set); on an MCP server's own span (kind SERVER) `mcp.server.name`, else the resource `service.name` |
 //! | span_id | `gen_ai.tool.call.id`, else the span id (hex) |
 //! | trace_id | the trace id (hex) |
@@ -94,8 +94,15 @@ fn tool_call(
 ) -> Result<ToolCallSpan, String> {
     let own = [attrs];
     let both = [attrs, resource];
+    // Some client spans name the tool only in the span name (`tools/call NAME`, `MCP send tools/call NAME`).
+    let named = span
+        .name
+        .split_once("tools/call ")
+        .map(|(_, tool)| tool.trim())
+        .filter(|t| !t.is_empty() && !t.contains(' '));
     let tool = first(&own, &["gen_ai.tool.name", "mcp.tool.name"])
         .cloned()
+        .or(named.map(str::to_owned))
         .ok_or("no gen_ai.tool.name attribute")?;
     // An MCP server's own span (kind SERVER, as the official SDKs emit them) names no server address:
     // the server is the service that emitted it. Its resource names the server, not the calling agent.
@@ -300,6 +307,11 @@ mod tests {
             None,
             Err("no gen_ai.tool.name attribute"),
         );
+        // The span name names the tool when no attribute does (the MCP SDK's client spans).
+        let mut named = span(vec![kv("mcp.method.name", "tools/call"), kv("mcp.server.name", "s")], None);
+        named.name = "MCP send tools/call get_forecast".into();
+        let mapped = map_request(&request(vec![named]));
+        assert_eq!(mapped.spans[0].tool, "get_forecast", "{:?}", mapped.rejected);
         check(
             vec![kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "t")],
             None,

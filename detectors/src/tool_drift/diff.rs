@@ -41,24 +41,13 @@ pub fn diff_normal(old: &[NormalTool], new: &[NormalTool]) -> Vec<SchemaChange> 
         let mut differ = ToolDiffer { tool: name, tool_names: &tool_names, changes: &mut changes };
         match (find(old, name).map(|i| &old[i]), find(new, name).map(|i| &new[i])) {
             (Some(before), Some(after)) => differ.tool(&before.definition, &after.definition),
-            (Some(_), None) => match renames.iter().find(|(gone, _)| gone.name == name) {
-                Some((_, renamed)) => differ.emit(
-                    ChangeType::ToolRenamed,
-                    None,
-                    &Path::root(),
-                    json!(name),
-                    json!(renamed.name),
-                    vec![],
-                ),
-                None => differ.emit(
-                    ChangeType::ToolRemoved,
-                    None,
-                    &Path::root(),
-                    json!(name),
-                    Value::Null,
-                    vec![],
-                ),
-            },
+            (Some(_), None) => {
+                let (kind, after) = match renames.iter().find(|(gone, _)| gone.name == name) {
+                    Some((_, renamed)) => (ChangeType::ToolRenamed, json!(renamed.name)),
+                    None => (ChangeType::ToolRemoved, Value::Null),
+                };
+                differ.emit(kind, None, &Path::root(), json!(name), after, vec![]);
+            }
             (None, Some(after)) if added.iter().any(|t| t.name == name) => {
                 let flags = review_tool(after, &tool_names);
                 differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
@@ -211,7 +200,7 @@ struct ToolDiffer<'a> {
 }
 
 impl ToolDiffer<'_> {
-    /// Records a change classified by the table.
+    /// Records a change classified by the table; the caller may refine the returned change.
     fn emit(
         &mut self,
         change_type: ChangeType,
@@ -220,23 +209,22 @@ impl ToolDiffer<'_> {
         before: Value,
         after: Value,
         security_flags: Vec<SecurityFlag>,
-    ) {
-        self.push(change_type, direction, path, before, after, security_flags);
-    }
-
-    /// Records a change classified by the table; the caller refines the returned change.
-    fn push(
-        &mut self,
-        change_type: ChangeType,
-        direction: Option<Direction>,
-        path: &Path,
-        before: Value,
-        after: Value,
-        security_flags: Vec<SecurityFlag>,
     ) -> &mut SchemaChange {
-        let change = self.change(change_type, direction, path, before, after, security_flags);
         let index = self.changes.len();
-        self.changes.push(change);
+        self.changes.push(SchemaChange {
+            change_type,
+            classification: classify(change_type, direction),
+            tool_name: self.tool.to_owned(),
+            param_name: path.param_name(),
+            path: path.render(),
+            direction,
+            before,
+            after,
+            security_flags,
+            param_type: None,
+            old_description: None,
+            new_description: None,
+        });
         &mut self.changes[index]
     }
 
@@ -250,7 +238,7 @@ impl ToolDiffer<'_> {
         after: Option<&Value>,
     ) {
         let flags = self.review(after, before);
-        let change = self.push(kind, direction, path, or_null(before), or_null(after), flags);
+        let change = self.emit(kind, direction, path, or_null(before), or_null(after), flags);
         change.old_description = Some(before.and_then(Value::as_str).unwrap_or_default().to_owned());
         change.new_description = Some(after.and_then(Value::as_str).unwrap_or_default().to_owned());
     }
@@ -271,7 +259,7 @@ impl ToolDiffer<'_> {
         let classification =
             if rewritten || !flags.is_empty() { Classification::Warning } else { Classification::Compatible };
         let change =
-            self.push(ChangeType::TitleChanged, direction, path, or_null(before), or_null(after), flags);
+            self.emit(ChangeType::TitleChanged, direction, path, or_null(before), or_null(after), flags);
         change.classification = classification;
     }
 
@@ -385,7 +373,7 @@ impl ToolDiffer<'_> {
             };
             let path = base.join(Segment::Property("taskSupport".into()));
             let change =
-                self.push(ChangeType::ExecutionChanged, None, &path, json!(before), json!(after), vec![]);
+                self.emit(ChangeType::ExecutionChanged, None, &path, json!(before), json!(after), vec![]);
             change.classification = classification;
         }
         // Anything else under `execution` is newer than this version: metadata.
@@ -483,7 +471,7 @@ impl ToolDiffer<'_> {
                 };
             let safety = key == "readOnlyHint" || key == "destructiveHint";
             let flags = if safety { std::mem::take(&mut risk) } else { Vec::new() };
-            let change = self.push(
+            let change = self.emit(
                 ChangeType::AnnotationsChanged,
                 None,
                 &path,
@@ -494,31 +482,6 @@ impl ToolDiffer<'_> {
             if !safety {
                 change.classification = Classification::Compatible;
             }
-        }
-    }
-
-    fn change(
-        &self,
-        change_type: ChangeType,
-        direction: Option<Direction>,
-        path: &Path,
-        before: Value,
-        after: Value,
-        security_flags: Vec<SecurityFlag>,
-    ) -> SchemaChange {
-        SchemaChange {
-            change_type,
-            classification: classify(change_type, direction),
-            tool_name: self.tool.to_owned(),
-            param_name: path.param_name(),
-            path: path.render(),
-            direction,
-            before,
-            after,
-            security_flags,
-            param_type: None,
-            old_description: None,
-            new_description: None,
         }
     }
 
@@ -609,10 +572,10 @@ impl ToolDiffer<'_> {
     fn enums(&mut self, old: &Map<String, Value>, new: &Map<String, Value>, dir: Direction, path: &Path) {
         match (old.get("enum").and_then(Value::as_array), new.get("enum").and_then(Value::as_array)) {
             (None, Some(values)) => {
-                self.emit(ChangeType::EnumAdded, Some(dir), path, Value::Null, json!(values), vec![])
+                self.emit(ChangeType::EnumAdded, Some(dir), path, Value::Null, json!(values), vec![]);
             }
             (Some(values), None) => {
-                self.emit(ChangeType::EnumRemoved, Some(dir), path, json!(values), Value::Null, vec![])
+                self.emit(ChangeType::EnumRemoved, Some(dir), path, json!(values), Value::Null, vec![]);
             }
             (Some(before), Some(after)) => {
                 for gone in missing_from(before, after) {
@@ -684,7 +647,7 @@ impl ToolDiffer<'_> {
                     };
                     let flags = texts.into_iter().flat_map(|t| self.review(Some(&json!(t)), None)).collect();
                     let summary = param_summary(schema, is_required);
-                    let change = self.push(kind, Some(dir), &child, Value::Null, summary, flags);
+                    let change = self.emit(kind, Some(dir), &child, Value::Null, summary, flags);
                     change.param_type = Some(param_type(schema));
                 }
                 (Some(schema), None) => {
@@ -693,20 +656,13 @@ impl ToolDiffer<'_> {
                     } else {
                         ChangeType::ParamRemoved
                     };
-                    let mut change = self.change(
-                        kind,
-                        Some(dir),
-                        &child,
-                        param_summary(schema, was_required),
-                        Value::Null,
-                        vec![],
-                    );
+                    let summary = param_summary(schema, was_required);
+                    let change = self.emit(kind, Some(dir), &child, summary, Value::Null, vec![]);
                     if kind == ChangeType::ParamRemoved && dir == Direction::Input && closed {
                         // Sending the old parameter is now an error: the schema forbids unknown properties.
                         change.classification = Classification::Breaking;
                     }
                     change.param_type = Some(param_type(schema));
-                    self.changes.push(change);
                 }
                 (Some(before), Some(after)) => {
                     if was_required != is_required {
