@@ -254,6 +254,9 @@ pub struct DetectorConfig {
     pub baseline: BaselinePolicy,
     /// Sessions at which an agent calling a tool with open breaking or warning drift is HIGH risk.
     pub high_risk_sessions: u64,
+    /// A tool call sent again (same project, server, tool, trace and span id) within this many hours of
+    /// the first is acknowledged and counted once. [1, 720]
+    pub repeat_window_hours: u32,
 }
 
 impl Default for DetectorConfig {
@@ -265,6 +268,7 @@ impl Default for DetectorConfig {
             tool_return_value_max_bytes: t.tool_return_value_max_bytes,
             baseline: BaselinePolicy::default(),
             high_risk_sessions: 10,
+            repeat_window_hours: 24,
         }
     }
 }
@@ -373,6 +377,12 @@ impl Config {
             }
         }
         self.detector.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
+        if !(1..=720).contains(&self.detector.repeat_window_hours) {
+            bail!(
+                "detector.repeat_window_hours = {} is out of bounds: it must be in [1, 720]",
+                self.detector.repeat_window_hours
+            );
+        }
         if self.kafka.partitions == 0 || self.kafka.partitions > 65_536 || self.kafka.replication == 0 {
             bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");
         }

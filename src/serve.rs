@@ -113,7 +113,10 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create storage.data_dir {}", data_dir.display()))?;
     }
-    let settings = WorkerSettings { thresholds: config.detector.thresholds() };
+    let settings = WorkerSettings {
+        thresholds: config.detector.thresholds(),
+        repeat_window_hours: config.detector.repeat_window_hours,
+    };
     let store = if role == Role::Ingest { None } else { Some(open_store(&config).await?) };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut worker_task = None;

@@ -174,6 +174,8 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     for i in 0..20 {
         send("spans", "default/ext/lookup", span(i, json!({"id": i, "name": "n"})));
     }
+    // A record produced twice (a producer's retry): counted once.
+    send("spans", "default/ext/lookup", span(7, json!({"id": 7, "name": "n"})));
     send("spans", "default/ext/lookup", json!({"span_id": "", "server": "ext"}).to_string());
     let empty_id = json!({"project": "default", "span_id": "", "server": "ext", "tool": "lookup",
         "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 1, "status": "success"});
@@ -190,6 +192,7 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
         shape["signal_groups"].as_array().is_some_and(|g| !g.is_empty())
     });
     assert_eq!(shape["signal_groups"][0]["occurrences"], 3, "{shape}");
+    assert_eq!(client.get("/api/tools").1[0]["calls"], 23, "the record produced twice counts once");
     let history = client.wait_for("/api/health/servers/ext/drift-history", "the tool-list drift", |h| {
         h.as_array().is_some_and(|e| e.len() == 1)
     });
@@ -223,7 +226,9 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
         letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("not a tool-list snapshot")),
         "{letters:?}"
     );
-    assert!(split.endpoints().metrics().contains("driftline_worker_dead_letters_total 3"));
+    let metrics = split.endpoints().metrics();
+    assert!(metrics.contains("driftline_worker_dead_letters_total 3"), "{metrics}");
+    assert!(metrics.contains("driftline_worker_repeated_calls_total 1"), "{metrics}");
 }
 
 #[test]

@@ -402,3 +402,48 @@ fn client_commands_and_their_exit_codes() {
     assert_eq!(code, 3, "unreachable");
     assert!(stderr.contains("cannot reach driftline"), "{stderr}");
 }
+
+/// Clients retry on timeouts and 503s: a batch posted again, and a span that appears again in another
+/// batch, are acknowledged and counted once — calls, errors, sessions and the shape window alike.
+#[test]
+fn spans_sent_again_are_counted_once() {
+    let dir = temp_dir("repeats");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let batch: Vec<Value> = (0..10)
+        .map(|i| {
+            let mut span = span(&format!("r{i}"), "lookup", json!({"id": i}));
+            span["session_id"] = json!(format!("s{}", i % 4));
+            span["trace_id"] = json!("trace-1");
+            if i == 9 {
+                span["status"] = json!("error");
+                span["error"] = json!("boom");
+            }
+            span
+        })
+        .collect();
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(batch.clone())).0, 202);
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(batch.clone())).0, 202);
+    // One old span again next to a new one, and the same span id in another trace (a different call).
+    let mut other_trace = batch[0].clone();
+    other_trace["trace_id"] = json!("trace-2");
+    let mixed = json!([batch[3], span("r10", "lookup", json!({"id": 10})), other_trace]);
+    assert_eq!(client.post_json("/v1/spans", &mixed).0, 202);
+    // A marker after everything: once it is counted, every record before it was processed.
+    assert_eq!(client.post_json("/v1/spans", &json!([span("m", "marker", json!(1))])).0, 202);
+    client.wait_for("/api/tools", "the marker", |tools| {
+        tools.as_array().is_some_and(|t| t.iter().any(|t| t["tool"] == "marker"))
+    });
+    let tools = client.get("/api/tools").1;
+    let lookup = tools.as_array().and_then(|t| t.iter().find(|t| t["tool"] == "lookup")).expect("lookup");
+    assert_eq!((lookup["calls"].as_u64(), lookup["errors"].as_u64()), (Some(12), Some(1)), "{lookup}");
+    let shape = client.get("/api/tools/srv/lookup/shape").1;
+    assert_eq!(shape["telemetry"]["successful_calls"], 11, "{shape}");
+    let impact = client.get("/api/health/servers/srv/drift-impact?tool_name=lookup").1;
+    assert_eq!(impact["total_sessions"], 5, "{impact}"); // s0..s3 and the new span's session s
+    let metrics = client.get("/metrics").1;
+    assert!(
+        metrics.as_str().unwrap_or_default().contains("driftline_worker_repeated_calls_total 11"),
+        "{metrics}"
+    );
+}

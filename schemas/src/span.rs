@@ -122,6 +122,21 @@ impl ToolCallRecord {
     pub fn key(&self) -> String {
         format!("{}/{}/{}", self.project, self.server, self.tool)
     }
+
+    /// What makes a call the same call when a client sends it again (a retry after a timeout or a 503,
+    /// an OTLP export retried): its project, server, tool, trace id and span id (for OTLP the tool-call
+    /// id when there is one). 32 hex digits of SHA-256.
+    pub fn identity(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for part in
+            [&self.project, &self.server, &self.tool, self.trace_id.as_deref().unwrap_or(""), &self.span_id]
+        {
+            hasher.update(part.as_bytes());
+            hasher.update([0]);
+        }
+        hex::encode(&hasher.finalize()[..16])
+    }
 }
 
 /// Whether `name` can name a server: 1-256 characters from A-Z a-z 0-9 . _ : @ -.

@@ -12,7 +12,9 @@ use clickhouse::{Client, Row};
 use driftline_schemas::api::{
     DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
-use driftline_schemas::{DetectorThresholds, EventStatus, SchemaDriftEvent, ServerStatus, Timestamp};
+use driftline_schemas::{
+    DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -20,7 +22,10 @@ use crate::views::{self, ms, name, parse_name, since, text, timestamp};
 use crate::{Batch, DetectorState, ImpactQuery, Resume, Store, StoreError, Streams};
 
 /// Migrations in order; the version is the position (1-based).
-const MIGRATIONS: &[&str] = &[include_str!("../../schemas/clickhouse/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../schemas/clickhouse/0001_init.sql"),
+    include_str!("../../schemas/clickhouse/0002_call_identities.sql"),
+];
 const CONSUMER: &str = "detectors";
 const POSITION: &str = "position";
 
@@ -106,6 +111,15 @@ fn statements(sql: &str) -> Vec<String> {
         .collect::<Vec<_>>()
         .join("\n");
     without_comments.split(";\n").map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+#[derive(Row, Serialize)]
+struct CallIdentityRow {
+    identity: String,
+    partition: u32,
+    offset: u64,
+    /// DateTime64(3): milliseconds.
+    ingested_at: i64,
 }
 
 #[derive(Row, Serialize, Deserialize)]
@@ -497,6 +511,17 @@ impl Store for ClickHouseStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
+        let identities: Vec<CallIdentityRow> = batch
+            .call_identities
+            .iter()
+            .map(|(identity, position, at)| CallIdentityRow {
+                identity: identity.clone(),
+                partition: position.partition,
+                offset: position.offset,
+                ingested_at: ms(*at),
+            })
+            .collect();
+        self.insert("call_identities", &identities).await?;
         // The calls come after every other output: a reader that sees a batch's calls sees all of it.
         self.insert("tool_calls", &calls).await?;
 
@@ -801,6 +826,33 @@ impl Store for ClickHouseStore {
             .fetch_optional()
             .await?;
         json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
+    }
+
+    async fn stored_calls(
+        &self,
+        identities: &[String],
+        since: Timestamp,
+    ) -> Result<HashMap<String, InputPosition>, StoreError> {
+        // Identities are hex digests: listed as literals, the lookup uses the sort key.
+        let hex: Vec<&String> =
+            identities.iter().filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_hexdigit())).collect();
+        let mut stored = HashMap::new();
+        for chunk in hex.chunks(1000) {
+            let list = chunk.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(",");
+            let rows: Vec<(String, u32, u64)> = self
+                .client
+                .query(&format!(
+                    "SELECT identity, partition, offset FROM call_identities FINAL
+                     WHERE identity IN ({list}) AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))"
+                ))
+                .bind(ms(since))
+                .fetch_all()
+                .await?;
+            for (identity, partition, offset) in rows {
+                stored.insert(identity, InputPosition { partition, offset });
+            }
+        }
+        Ok(stored)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

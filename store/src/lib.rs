@@ -8,6 +8,8 @@ mod clickhouse;
 mod sqlite;
 mod views;
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use driftline_bus::Positions;
 use driftline_schemas::api::{
@@ -15,8 +17,8 @@ use driftline_schemas::api::{
     ToolShape, ToolSummary,
 };
 use driftline_schemas::{
-    DetectorThresholds, EventStatus, SchemaDriftEvent, ServerStatus, ShapeDriftSignal, Timestamp,
-    ToolCallRecord,
+    DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus, ShapeDriftSignal,
+    Timestamp, ToolCallRecord,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -87,6 +89,8 @@ pub struct Batch {
     pub tool_lists: Vec<(String, String, Timestamp, String, Vec<Value>)>,
     /// (id, record).
     pub calls: Vec<(String, ToolCallRecord)>,
+    /// The identity of every call stored, with the input record it came from and when it was ingested.
+    pub call_identities: Vec<(String, InputPosition, Timestamp)>,
     pub signals: Vec<ShapeDriftSignal>,
     pub tool_shapes: Vec<ToolShapeRow>,
     pub settings: Vec<(String, DetectorThresholds)>,
@@ -185,6 +189,13 @@ pub trait Store: Send + Sync {
     ) -> Result<ReturnValueStats, StoreError>;
     /// The result of an operator command, once a worker has applied it.
     async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError>;
+    /// Which of these call identities are stored (ingested at or after `since`), with the input record
+    /// each came from. The identities are hashes that include the project (`ToolCallRecord::identity`).
+    async fn stored_calls(
+        &self,
+        identities: &[String],
+        since: Timestamp,
+    ) -> Result<HashMap<String, InputPosition>, StoreError>;
     /// Whether the store answers at all (readiness).
     async fn ping(&self) -> Result<(), StoreError>;
 }

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use driftline_schemas::api::{
     DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
-use driftline_schemas::{DetectorThresholds, EventStatus, SchemaDriftEvent, ServerStatus, Timestamp};
+use driftline_schemas::{
+    DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus, Timestamp,
+};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
@@ -23,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0002_probe_latency.sql"),
     include_str!("../../schemas/sqlite/0003_positions_per_partition.sql"),
     include_str!("../../schemas/sqlite/0004_state_stream.sql"),
+    include_str!("../../schemas/sqlite/0005_call_identities.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -187,6 +190,12 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
             "INSERT OR IGNORE INTO server_snapshots (project, server_name, schema_hash, captured_at, tools)
              VALUES (?1, ?2, ?3, ?4, ?5)",
             params![project, server, hash, ms(*captured_at), text(tools)?],
+        )?;
+    }
+    for (identity, position, ingested_at) in &batch.call_identities {
+        transaction.execute(
+            "INSERT OR IGNORE INTO call_identities (identity, partition, offset, ingested_at) VALUES (?1, ?2, ?3, ?4)",
+            params![identity, position.partition, position.offset as i64, ms(*ingested_at)],
         )?;
     }
     for (id, call) in &batch.calls {
@@ -611,6 +620,32 @@ impl Store for SqliteStore {
                 .query_row("SELECT result FROM applied_commands WHERE id = ?1", params![id], |row| row.get(0))
                 .optional()?;
             json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
+        })
+        .await
+    }
+
+    async fn stored_calls(
+        &self,
+        identities: &[String],
+        since: Timestamp,
+    ) -> Result<HashMap<String, InputPosition>, StoreError> {
+        let identities = identities.to_vec();
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT partition, offset FROM call_identities WHERE identity = ?1 AND ingested_at >= ?2",
+            )?;
+            let mut stored = HashMap::new();
+            for identity in identities {
+                let found = select
+                    .query_row(params![identity, ms(since)], |row| {
+                        Ok(InputPosition { partition: row.get(0)?, offset: row.get::<_, i64>(1)? as u64 })
+                    })
+                    .optional()?;
+                if let Some(position) = found {
+                    stored.insert(identity, position);
+                }
+            }
+            Ok(stored)
         })
         .await
     }

@@ -37,10 +37,18 @@ pub enum WorkerError {
 }
 
 /// Settings the worker applies to every project unless the project changed them.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct WorkerSettings {
     /// Including the baseline policy (`thresholds.baseline`).
     pub thresholds: DetectorThresholds,
+    /// How long a call sent again (same identity) is recognised and counted once.
+    pub repeat_window_hours: u32,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        WorkerSettings { thresholds: DetectorThresholds::default(), repeat_window_hours: 24 }
+    }
 }
 
 pub struct Worker<C> {
@@ -202,9 +210,10 @@ impl<C: Consumer> Worker<C> {
         let mut dead = Vec::new();
         // Memory runs ahead of the store until this batch is stored.
         self.stale = true;
-        for record in &records {
+        let mut calls = self.read_calls(&records).await?;
+        for (record, call) in records.iter().zip(calls.iter_mut()) {
             metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
-            if let Err(reason) = self.process(record, &mut batch, &mut dirty) {
+            if let Err(reason) = self.process(record, call.take(), &mut batch, &mut dirty) {
                 dead.push(dead_letter(record, reason));
             }
             batch.positions.insert(record.position.partition, record.position.offset);
@@ -281,8 +290,59 @@ impl<C: Consumer> Worker<C> {
         self.thresholds.get(project).copied().unwrap_or(self.settings.thresholds)
     }
 
+    /// The calls of a batch's span records, read once (`None` for other topics), with the calls that
+    /// repeat one already stored from another record (a client's retry), or one earlier in the batch,
+    /// marked as repeats. A replayed record finds its own position stored: it is no repeat.
+    async fn read_calls(&self, records: &[Delivered]) -> Result<Vec<Option<SpanRecord>>, WorkerError> {
+        let mut calls: Vec<Option<SpanRecord>> = records
+            .iter()
+            .map(|record| {
+                (record.topic == Topic::Spans).then(|| {
+                    self.read_call(record)
+                        .and_then(|call| check_key(record, &call.key()).map(|()| call))
+                        .map(|call| (call.identity(), call))
+                        .map(|(identity, call)| SpanRecord::Call {
+                            identity,
+                            call: Box::new(call),
+                            repeat: false,
+                        })
+                        .unwrap_or_else(SpanRecord::Unusable)
+                })
+            })
+            .collect();
+        let identities: Vec<String> = calls
+            .iter()
+            .filter_map(|c| match c {
+                Some(SpanRecord::Call { identity, .. }) => Some(identity.clone()),
+                _ => None,
+            })
+            .collect();
+        if identities.is_empty() {
+            return Ok(calls);
+        }
+        let earliest = records.iter().map(|r| r.appended_at.as_millis()).min().unwrap_or_default();
+        let window = i64::from(self.settings.repeat_window_hours) * 3_600_000;
+        let since =
+            Timestamp::from_millis(earliest.saturating_sub(window)).unwrap_or_else(|| records[0].appended_at);
+        let stored = self.store.stored_calls(&identities, since).await?;
+        let mut seen = std::collections::HashSet::new();
+        for (record, call) in records.iter().zip(calls.iter_mut()) {
+            if let Some(SpanRecord::Call { identity, repeat, .. }) = call {
+                let elsewhere = stored.get(identity).is_some_and(|at| *at != record.position);
+                *repeat = elsewhere || !seen.insert(identity.clone());
+            }
+        }
+        Ok(calls)
+    }
+
     /// Runs the detectors over one record; Err(reason) when the record cannot be used (a dead letter).
-    fn process(&mut self, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) -> Result<(), String> {
+    fn process(
+        &mut self,
+        record: &Delivered,
+        call: Option<SpanRecord>,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+    ) -> Result<(), String> {
         let outcome = match record.topic {
             // Tool lists, probe failures and baseline acceptances share the server's partition, so an
             // acceptance applies in order with the lists, on the instance that owns the server.
@@ -305,10 +365,20 @@ impl<C: Consumer> Worker<C> {
                     }
                 }
             },
-            Topic::Spans => self
-                .read_call(record)
-                .and_then(|call| check_key(record, &call.key()).map(|()| call))
-                .map(|call| self.call(call, record, batch, dirty)),
+            Topic::Spans => match call {
+                Some(SpanRecord::Call { identity, call, repeat: false }) => {
+                    batch.call_identities.push((identity, record.position, record.appended_at));
+                    self.call(*call, record, batch, dirty);
+                    Ok(())
+                }
+                Some(SpanRecord::Call { repeat: true, .. }) => {
+                    metrics::REPEATED_CALLS.inc();
+                    tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
+                    Ok(())
+                }
+                Some(SpanRecord::Unusable(reason)) => Err(reason),
+                None => Err("span record not read".to_owned()),
+            },
             Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
                 .map_err(|err| format!("not an operator command: {err}"))
                 .and_then(|command| {
@@ -531,6 +601,12 @@ fn check_owner(project: &str, server: &str) -> Result<(), String> {
         return Err("project must be 1-256 characters".into());
     }
     check_server_name(server)
+}
+
+/// A span record, read.
+enum SpanRecord {
+    Call { identity: String, call: Box<ToolCallRecord>, repeat: bool },
+    Unusable(String),
 }
 
 /// A record's key decides its partition, and the partition decides which detector holds the state: a

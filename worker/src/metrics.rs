@@ -109,3 +109,11 @@ pub static STATE_KEYS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     )
     .expect("metric names are static and valid")
 });
+
+pub static REPEATED_CALLS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_repeated_calls_total",
+        "Tool calls sent again (same project, server, tool, trace and span id) and counted once"
+    )
+    .expect("metric names are static and valid")
+});

@@ -68,6 +68,13 @@ impl Store for Flaky {
     async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError> {
         self.inner.command_result(id).await
     }
+    async fn stored_calls(
+        &self,
+        identities: &[String],
+        since: driftline_schemas::Timestamp,
+    ) -> Result<std::collections::HashMap<String, driftline_schemas::InputPosition>, StoreError> {
+        self.inner.stored_calls(identities, since).await
+    }
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }
