@@ -564,10 +564,11 @@ impl Store for ClickHouseStore {
         let mut resume = Resume::default();
         for row in rows {
             if row.kind == POSITION {
-                let parse = |text: &str| {
-                    text.parse().map_err(|_| StoreError::Corrupt(format!("bad stored position {text}")))
-                };
-                resume.positions.insert(parse(&row.key)?, parse(&row.state)? as u64);
+                let bad = |text: &str| StoreError::Corrupt(format!("bad stored position {text}"));
+                // Offsets pass 2^32 within days on a busy partition: read them as u64, streams as u32.
+                let stream: u32 = row.key.parse().map_err(|_| bad(&row.key))?;
+                let offset: u64 = row.state.parse().map_err(|_| bad(&row.state))?;
+                resume.positions.insert(stream, offset);
             } else {
                 resume.states.push(DetectorState {
                     kind: row.kind,

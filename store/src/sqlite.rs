@@ -689,4 +689,20 @@ mod tests {
         let store = SqliteStore::open(&path).expect("reopen");
         assert_eq!(store.resume(Streams::All).await.expect("resume").positions, Positions::from([(0, 42)]));
     }
+
+    #[tokio::test]
+    async fn offsets_beyond_32_bits_round_trip() {
+        let dir = std::env::temp_dir().join(format!("driftline-store-offsets-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let store = SqliteStore::open(&dir.join("driftline.db")).expect("open");
+        let far = (1u64 << 32) + 17;
+        let batch = Batch {
+            positions: Positions::from([(3, far), (65_536, u64::from(u32::MAX))]),
+            ..Default::default()
+        };
+        store.apply(batch).await.expect("apply");
+        let resume = store.resume(Streams::All).await.expect("resume");
+        assert_eq!(resume.positions, Positions::from([(3, far), (65_536, u64::from(u32::MAX))]));
+    }
 }
