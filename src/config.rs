@@ -372,6 +372,9 @@ impl Config {
             if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 bail!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");
             }
+            if let Err(reason) = driftline_schemas::check_project_name(&key.project) {
+                bail!("auth.keys[{index}].project: {reason}");
+            }
             if key.project.is_empty() || key.scopes.is_empty() {
                 bail!("auth.keys[{index}] needs a project and at least one scope");
             }

@@ -267,6 +267,24 @@ fn configuration_errors_name_the_key() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("detector.history_window = 5 is out of bounds"), "{stderr}");
+
+    // A project name holding `/` would share keys (`project/server/tool`) with another project.
+    let config = dir.join("slash.toml");
+    let key =
+        format!("[[auth.keys]]\nproject = \"a/b\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n", "0".repeat(64));
+    std::fs::write(&config, key).expect("write");
+    let (code, _, stderr) = run_cli(&["check-config", "--config", config.to_str().expect("path")]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("auth.keys[0].project: invalid project name \"a/b\""), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args(["serve", "--data-dir", dir.to_str().expect("dir")])
+        .env("DRIFTLINE__DETECTOR__REPEAT_WINDOW_HOURS", "0")
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("detector.repeat_window_hours = 0 is out of bounds"), "{stderr}");
 }
 
 #[test]

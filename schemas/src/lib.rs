@@ -17,7 +17,9 @@ mod tool_list;
 pub use commands::{DeadLetter, OperatorCommand};
 pub use ids::{derive_id, InputPosition, OutputKind};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason};
-pub use span::{check_server_name, CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
+pub use span::{
+    check_project_name, check_server_name, CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan,
+};
 pub use thresholds::{BaselinePolicy, DetectorThresholds, ThresholdError};
 pub use time::Timestamp;
 pub use tool_drift::{

@@ -151,6 +151,24 @@ pub fn check_server_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// Whether `name` can name a project: 1-128 characters from A-Z a-z 0-9 . _ -, and not `.` or `..`.
+/// Keys are `project/server[/tool]`, so a project name must never hold a `/`.
+pub fn check_project_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        let shown: String = name.chars().take(64).collect();
+        Err(format!(
+            "invalid project name {shown:?}: use 1-128 characters from A-Z a-z 0-9 . _ - (not . or ..)"
+        ))
+    }
+}
+
 impl ToolCallSpan {
     /// The rules every span meets, from ingest or published straight to Kafka (DESIGN.md §8).
     pub fn check(&self) -> Result<(), String> {
@@ -165,6 +183,21 @@ impl ToolCallSpan {
             return Err("duration_ms must be a number >= 0".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod project_name_tests {
+    use super::check_project_name;
+
+    #[test]
+    fn project_names() {
+        for good in ["default", "team-a", "a.b_c", "A1"] {
+            assert_eq!(check_project_name(good), Ok(()), "{good}");
+        }
+        for bad in ["", "a/b", ".", "..", "a b", "é", &"x".repeat(129)] {
+            assert!(check_project_name(bad).is_err(), "{bad:?}");
+        }
     }
 }
 

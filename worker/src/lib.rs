@@ -597,9 +597,7 @@ impl<C: Consumer> Worker<C> {
 
 /// The project and server a record belongs to must be usable as keys.
 fn check_owner(project: &str, server: &str) -> Result<(), String> {
-    if project.is_empty() || project.len() > 256 {
-        return Err("project must be 1-256 characters".into());
-    }
+    driftline_schemas::check_project_name(project)?;
     check_server_name(server)
 }
 
