@@ -175,6 +175,13 @@ const HANDLED_KEYWORDS: &[&str] = &[
     "examples",
     "readOnly",
     "writeOnly",
+    "if",
+    "then",
+    "else",
+    "not",
+    "allOf",
+    "dependentRequired",
+    "dependentSchemas",
     "minimum",
     "exclusiveMinimum",
     "minLength",
@@ -530,6 +537,7 @@ impl ToolDiffer<'_> {
             self.title(Some(dir), path, old.get("title"), new.get("title"), true);
         }
         self.schema_annotations(old, new, dir, path);
+        self.restrictions(old, new, dir, path);
         let others: BTreeSet<&String> =
             old.keys().chain(new.keys()).filter(|k| !HANDLED_KEYWORDS.contains(&k.as_str())).collect();
         for key in others {
@@ -856,6 +864,28 @@ impl ToolDiffer<'_> {
         }
     }
 
+    /// Keywords that can only restrict what a schema accepts (`if`/`then`/`else`, `not`, `allOf`,
+    /// `dependentRequired`, `dependentSchemas`): added, they tighten; removed, they relax; rewritten, they are
+    /// `schema_changed` (which way is not decidable in general).
+    fn restrictions(
+        &mut self,
+        old: &Map<String, Value>,
+        new: &Map<String, Value>,
+        dir: Direction,
+        path: &Path,
+    ) {
+        for key in ["if", "then", "else", "not", "allOf", "dependentRequired", "dependentSchemas"] {
+            let (before, after) = (old.get(key), new.get(key));
+            let kind = match (before, after) {
+                (None, Some(_)) => ChangeType::ConstraintTightened,
+                (Some(_), None) => ChangeType::ConstraintRelaxed,
+                (Some(_), Some(_)) if differs(before, after) => ChangeType::SchemaChanged,
+                _ => continue,
+            };
+            self.emit(kind, Some(dir), path, keyword(key, before), keyword(key, after), vec![]);
+        }
+    }
+
     /// `deprecated` newly set is WARNING (callers should move off the parameter); lifting it, and the
     /// other annotations (`examples`, `readOnly`, `writeOnly`), change nothing a call may send.
     fn schema_annotations(
@@ -969,7 +999,13 @@ fn lift_into_union<'a>(
     old: &'a Map<String, Value>,
     new: &'a Map<String, Value>,
 ) -> (SchemaView<'a>, SchemaView<'a>) {
-    let union = |s: &Map<String, Value>, key: &str| s.contains_key(key) && type_union(s.get(key)).is_none();
+    // Only a union that is the whole schema: `{type: object, properties, oneOf: [{required: [a]}, …]}` is
+    // an object with an extra rule, not a choice between alternatives.
+    let union = |s: &Map<String, Value>, key: &str| {
+        s.contains_key(key)
+            && type_union(s.get(key)).is_none()
+            && s.keys().all(|k| k == key || NOT_CONSTRAINTS.contains(&k.as_str()))
+    };
     for key in ["anyOf", "oneOf"] {
         match (union(old, key), union(new, key)) {
             (true, false) if !new.contains_key(key) => return (Cow::Borrowed(old), lift(new, key, old)),

@@ -218,6 +218,12 @@ pub const EQUIVALENCES: &[Equivalence] = &[
         rewrite: flatten_nested_any_of,
     },
     Equivalence {
+        name: "a union of value lists is one value list",
+        example: r#"{"anyOf": [{"type": "string", "const": "off"}, {"type": "string", "enum": ["strict"]}], "default": "off"}"#,
+        same_as: r#"{"type": "string", "enum": ["off", "strict"], "default": "off"}"#,
+        rewrite: value_list_union,
+    },
+    Equivalence {
         name: "anyOf/oneOf of bare types is a type list",
         example: r#"{"anyOf": [{"type": "string"}, {"type": "null"}]}"#,
         same_as: r#"{"type": ["null", "string"]}"#,
@@ -296,6 +302,40 @@ fn flatten_nested_any_of(schema: &mut Map<String, Value>) {
         }
     }
     schema.insert("anyOf".into(), Value::Array(flat));
+}
+
+/// `anyOf`/`oneOf` whose branches only list values (`enum`, after `const` became a one-value enum, with an
+/// optional `type`) accept exactly the union of the values. A `oneOf` only when no value is in two
+/// branches (a value matching two branches of a oneOf is refused).
+fn value_list_union(schema: &mut Map<String, Value>) {
+    if schema.contains_key("enum") {
+        return;
+    }
+    for key in ["anyOf", "oneOf"] {
+        let Some(Value::Array(branches)) = schema.get(key) else { continue };
+        let mut values = Vec::new();
+        for branch in branches {
+            let Some(object) = branch.as_object() else { return };
+            let listed = match (object.get("enum"), object.get("const")) {
+                (Some(Value::Array(listed)), None) => listed.clone(),
+                (None, Some(value)) => vec![value.clone()],
+                _ => return,
+            };
+            if object.keys().any(|k| !matches!(k.as_str(), "enum" | "const" | "type"))
+                || object.get("type").is_some_and(|t| !listed.iter().all(|v| admits(t, v)))
+            {
+                return;
+            }
+            values.extend(listed);
+        }
+        let union = sorted_unique(&values);
+        if values.is_empty() || (key == "oneOf" && union.len() != values.len()) {
+            return;
+        }
+        schema.remove(key);
+        schema.insert("enum".into(), Value::Array(union));
+        return;
+    }
 }
 
 fn bare_type_union(schema: &mut Map<String, Value>) {

@@ -540,6 +540,42 @@ fn equivalent_constraints_are_no_change() {
 }
 
 #[test]
+fn keywords_that_only_restrict() {
+    let base = |extra: Value| {
+        let mut schema = obj(json!({"a": {"type": "string"}, "b": {"type": "string"}}), &[]);
+        schema.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
+        schema
+    };
+    // An object with an extra rule (exactly one of a and b), not a union of alternatives.
+    let one_of = json!({"oneOf": [{"required": ["a"]}, {"required": ["b"]}]});
+    check_input(
+        base(one_of.clone()),
+        base(json!({})),
+        &["COMPATIBLE constraint_relaxed t  {\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]} -> {\"oneOf\":null}"],
+    );
+    check_input(
+        base(json!({})),
+        base(json!({"if": {"required": ["a"]}, "then": {"required": ["b"]}})),
+        &[
+            "BREAKING constraint_tightened t  {\"if\":null} -> {\"if\":{\"required\":[\"a\"]}}",
+            "BREAKING constraint_tightened t  {\"then\":null} -> {\"then\":{\"required\":[\"b\"]}}",
+        ],
+    );
+    check_input(
+        base(json!({"allOf": [{"required": ["a"]}, {"required": ["b"]}]})),
+        base(json!({})),
+        &["COMPATIBLE constraint_relaxed t  {\"allOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]} -> {\"allOf\":null}"],
+    );
+    // An enum spelled as a union of constants is the same enum.
+    let p = |schema: Value| obj(json!({ "s": schema }), &[]);
+    check_input(
+        p(json!({"type": "string", "enum": ["off", "strict"]})),
+        p(json!({"anyOf": [{"type": "string", "const": "off"}, {"type": "string", "const": "strict"}]})),
+        &[],
+    );
+}
+
+#[test]
 fn schema_annotations_by_meaning() {
     let p = |schema: Value| obj(json!({ "n": schema }), &[]);
     check_input(p(json!({"type": "string"})), p(json!({"type": "string", "$comment": "x", "$id": "y"})), &[]);
