@@ -182,6 +182,7 @@ const HANDLED_KEYWORDS: &[&str] = &[
     "allOf",
     "dependentRequired",
     "dependentSchemas",
+    "propertyNames",
     "minimum",
     "exclusiveMinimum",
     "minLength",
@@ -865,7 +866,7 @@ impl ToolDiffer<'_> {
     }
 
     /// Keywords that can only restrict what a schema accepts (`if`/`then`/`else`, `not`, `allOf`,
-    /// `dependentRequired`, `dependentSchemas`): added, they tighten; removed, they relax; rewritten, they are
+    /// `dependentRequired`, `dependentSchemas`, `propertyNames`): added, they tighten; removed, they relax; rewritten, they are
     /// `schema_changed` (which way is not decidable in general).
     fn restrictions(
         &mut self,
@@ -874,7 +875,9 @@ impl ToolDiffer<'_> {
         dir: Direction,
         path: &Path,
     ) {
-        for key in ["if", "then", "else", "not", "allOf", "dependentRequired", "dependentSchemas"] {
+        for key in
+            ["if", "then", "else", "not", "allOf", "dependentRequired", "dependentSchemas", "propertyNames"]
+        {
             let (before, after) = (old.get(key), new.get(key));
             let kind = match (before, after) {
                 (None, Some(_)) => ChangeType::ConstraintTightened,

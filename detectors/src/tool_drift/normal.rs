@@ -267,7 +267,7 @@ pub const EQUIVALENCES: &[Equivalence] = &[
     },
     Equivalence {
         name: "keywords at their default say nothing",
-        example: r#"{"minLength": 0, "minItems": 0, "minProperties": 0, "uniqueItems": false, "additionalProperties": true, "items": {}, "required": [], "properties": {}, "deprecated": false, "readOnly": false, "writeOnly": false}"#,
+        example: r#"{"minLength": 0, "minItems": 0, "minProperties": 0, "uniqueItems": false, "additionalProperties": true, "items": {}, "required": [], "properties": {}, "deprecated": false, "readOnly": false, "writeOnly": false, "propertyNames": {"type": "string"}}"#,
         same_as: r#"{}"#,
         rewrite: drop_defaults,
     },
@@ -537,7 +537,7 @@ fn drop_defaults(schema: &mut Map<String, Value>) {
     let zero = |v: &Value| v.as_f64() == Some(0.0);
     let empty_object = |v: &Value| v.as_object().is_some_and(Map::is_empty);
     type IsDefault<'a> = &'a dyn Fn(&Value) -> bool;
-    let defaults: [(&str, IsDefault); 11] = [
+    let defaults: [(&str, IsDefault); 12] = [
         ("minLength", &zero),
         ("minItems", &zero),
         ("minProperties", &zero),
@@ -549,6 +549,8 @@ fn drop_defaults(schema: &mut Map<String, Value>) {
         ("deprecated", &|v| *v == Value::Bool(false)),
         ("readOnly", &|v| *v == Value::Bool(false)),
         ("writeOnly", &|v| *v == Value::Bool(false)),
+        // Object keys are always strings (zod 4 writes this for every record).
+        ("propertyNames", &|v| empty_object(v) || *v == serde_json::json!({"type": "string"})),
     ];
     for (key, is_default) in defaults {
         if schema.get(key).is_some_and(is_default) {
