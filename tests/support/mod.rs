@@ -289,6 +289,18 @@ pub fn stream_part(client: &Client, part: usize) {
     assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
 }
 
+/// Waits until every part of the stream is processed: its calls, and its tool lists, which travel on
+/// another partition than the calls (no order between them).
+fn wait_for_stream(client: &Client, parts: usize) {
+    wait_for_calls(client, 30 * parts as u64);
+    // Parts 0-3: a baseline, a tool added (accepted at once: compatible), removed, then renamed.
+    client.wait_for(
+        "/api/health/servers/srv/drift-history?limit=100",
+        "the stream's three drift events",
+        |h| h.as_array().is_some_and(|events| events.len() == 3),
+    );
+}
+
 /// Everything a user can query that the detectors produced, without ingest times.
 pub fn outputs(client: &Client) -> Value {
     let history = client.get("/api/health/servers/srv/drift-history?limit=100").1;
@@ -577,7 +589,7 @@ pub fn check_kill_mid_stream<D: Deployment>(start: impl Fn(&str, &Path) -> D) {
         for part in 0..parts {
             stream_part(&client, part);
         }
-        wait_for_calls(&client, 30 * parts as u64);
+        wait_for_stream(&client, parts);
         outputs(&client)
     };
     let dir = temp_dir("restarted");
@@ -590,7 +602,7 @@ pub fn check_kill_mid_stream<D: Deployment>(start: impl Fn(&str, &Path) -> D) {
     let client = deployment.client();
     stream_part(&client, 2);
     stream_part(&client, 3);
-    wait_for_calls(&client, 30 * parts as u64);
+    wait_for_stream(&client, parts);
     let restarted = outputs(&client);
     assert_eq!(restarted, uninterrupted);
     // The stream drifted, reverted and drifted again: the events prove the lifecycle ran across the restart.
