@@ -774,30 +774,7 @@ impl ToolDiffer<'_> {
                 );
             }
             (Some(a), Some(b)) => {
-                let mut gone = missing_from(a, b);
-                let mut came = missing_from(b, a);
-                let mut pairs: Vec<(&Value, &Value)> = Vec::new();
-                // The most specific key first: types and property names, then types alone.
-                for by_properties in [true, false] {
-                    let signature = |branch: &Value| branch_signature(branch, by_properties);
-                    let unique = |list: &[&Value], sig: &String| {
-                        list.iter().filter(|v| signature(v).as_ref() == Some(sig)).count() == 1
-                    };
-                    for old_branch in gone.clone() {
-                        let Some(sig) = signature(old_branch) else { continue };
-                        if pairs.iter().any(|(o, _)| std::ptr::eq(*o, old_branch))
-                            || !unique(&gone, &sig)
-                            || !unique(&came, &sig)
-                        {
-                            continue;
-                        }
-                        if let Some(index) = came.iter().position(|v| signature(v).as_ref() == Some(&sig)) {
-                            pairs.push((old_branch, came.remove(index)));
-                        }
-                    }
-                    gone.retain(|g| !pairs.iter().any(|(o, _)| std::ptr::eq(*o, *g)));
-                }
-                gone.retain(|g| !pairs.iter().any(|(o, _)| std::ptr::eq(*o, *g)));
+                let (pairs, gone, came) = pair_branches(missing_from(a, b), missing_from(b, a));
                 for (old_branch, new_branch) in pairs {
                     self.schema(old_branch, new_branch, dir, path);
                 }
@@ -965,6 +942,52 @@ impl ToolDiffer<'_> {
         };
         self.emit(kind, Some(dir), path, or_null(before), or_null(after), vec![]);
     }
+}
+
+/// Pairs the branches only one side has by what tells them apart — types and property names first, then
+/// types alone — where exactly one branch on each side has that signature; returns the pairs and the
+/// branches left on each side. Linear in the number of branches, however many a schema lists.
+#[allow(clippy::type_complexity)]
+fn pair_branches<'a>(
+    mut gone: Vec<&'a Value>,
+    mut came: Vec<&'a Value>,
+) -> (Vec<(&'a Value, &'a Value)>, Vec<&'a Value>, Vec<&'a Value>) {
+    let mut pairs = Vec::new();
+    for by_properties in [true, false] {
+        let signed = |list: &[&Value]| -> Vec<Option<String>> {
+            list.iter().map(|branch| branch_signature(branch, by_properties)).collect()
+        };
+        let count = |signatures: &[Option<String>]| {
+            let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+            for signature in signatures.iter().flatten() {
+                *counts.entry(signature.clone()).or_default() += 1;
+            }
+            counts
+        };
+        let (gone_signatures, came_signatures) = (signed(&gone), signed(&came));
+        let (gone_counts, came_counts) = (count(&gone_signatures), count(&came_signatures));
+        let came_at: std::collections::HashMap<&str, usize> = came_signatures
+            .iter()
+            .enumerate()
+            .filter_map(|(index, signature)| Some((signature.as_deref()?, index)))
+            .collect();
+        let mut paired = vec![false; came.len()];
+        let mut unpaired = Vec::new();
+        for (branch, signature) in gone.iter().zip(&gone_signatures) {
+            let unique =
+                signature.as_deref().filter(|s| gone_counts[*s] == 1 && came_counts.get(*s) == Some(&1));
+            match unique.and_then(|s| came_at.get(s)) {
+                Some(&index) => {
+                    paired[index] = true;
+                    pairs.push((*branch, came[index]));
+                }
+                None => unpaired.push(*branch),
+            }
+        }
+        gone = unpaired;
+        came = came.into_iter().zip(paired).filter(|(_, paired)| !paired).map(|(branch, _)| branch).collect();
+    }
+    (pairs, gone, came)
 }
 
 /// What tells a union's branch apart from its siblings: its types (a union inside counts as one kind),

@@ -16,6 +16,10 @@ use super::normal::{SCHEMA_KEYWORDS, SCHEMA_LIST_KEYWORDS, SCHEMA_MAP_KEYWORDS};
 /// How many JSON nodes the expansion of one schema may copy in.
 const INLINE_BUDGET: usize = 50_000;
 
+/// How deep in the expanded schema a reference is still followed. A chain of definitions each pointing
+/// at the next would otherwise nest (and recurse) as deep as the chain is long.
+const MAX_DEPTH: usize = 64;
+
 /// Keywords that only annotate: on a `$ref` with siblings, the sibling's value wins over the target's.
 const ANNOTATIONS: &[&str] =
     &["description", "title", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment"];
@@ -31,8 +35,13 @@ pub struct Inlined {
 /// `schema` with every local reference it can follow replaced by what it points to. Definitions
 /// (`$defs`, `definitions`) are left as written; they only matter where they are referenced.
 pub fn inline_local_refs(schema: &Value) -> Inlined {
-    let mut inliner =
-        Inliner { root: schema, expanding: vec![String::new()], budget: INLINE_BUDGET, complete: true };
+    let mut inliner = Inliner {
+        root: schema,
+        expanding: vec![String::new()],
+        budget: INLINE_BUDGET,
+        complete: true,
+        depth: 0,
+    };
     let schema = inliner.walk(schema);
     Inlined { schema, complete: inliner.complete }
 }
@@ -43,10 +52,19 @@ struct Inliner<'a> {
     expanding: Vec<String>,
     budget: usize,
     complete: bool,
+    /// Schemas entered and not yet left.
+    depth: usize,
 }
 
 impl Inliner<'_> {
     fn walk(&mut self, schema: &Value) -> Value {
+        self.depth += 1;
+        let walked = self.walk_object(schema);
+        self.depth -= 1;
+        walked
+    }
+
+    fn walk_object(&mut self, schema: &Value) -> Value {
         let Some(object) = schema.as_object() else { return schema.clone() };
         let mut siblings = Map::new();
         for (key, value) in object {
@@ -96,7 +114,7 @@ impl Inliner<'_> {
         }
         let target = self.root.pointer(&pointer)?;
         let size = node_count(target, self.budget);
-        if size >= self.budget {
+        if size >= self.budget || self.depth > MAX_DEPTH {
             self.complete = false;
             return None;
         }
@@ -237,6 +255,30 @@ mod tests {
             check(json!({"$ref": reference}), json!({"$ref": reference}));
         }
         check(json!({"$ref": 7}), json!({"$ref": 7}));
+    }
+
+    #[test]
+    fn a_long_chain_of_definitions_stops_at_the_depth_limit() {
+        // Each definition holds the next: expanded in full, 10,000 levels deep.
+        let mut defs = Map::new();
+        for level in 0..10_000 {
+            let next = format!("#/$defs/L{}", level + 1);
+            defs.insert(
+                format!("L{level}"),
+                json!({"type": "object", "properties": {"next": {"$ref": next}}}),
+            );
+        }
+        defs.insert("L10000".into(), json!({"type": "string"}));
+        let expanded = inline_local_refs(&json!({"$ref": "#/$defs/L0", "$defs": defs}));
+        assert!(!expanded.complete);
+        let mut depth = 0;
+        let mut node = &expanded.schema;
+        while let Some(next) = node.get("properties").and_then(|p| p.get("next")) {
+            depth += 1;
+            node = next;
+        }
+        assert!((MAX_DEPTH / 2..=MAX_DEPTH).contains(&depth), "expanded {depth} levels");
+        assert_eq!(node["$ref"].as_str().map(|r| r.starts_with("#/$defs/L")), Some(true), "{node}");
     }
 
     #[test]

@@ -540,6 +540,25 @@ fn equivalent_constraints_are_no_change() {
 }
 
 #[test]
+fn a_union_of_many_branches_is_paired_branch_by_branch() {
+    // 20,000 object branches told apart by their property names; one property changes type.
+    let union = |changed: &str| {
+        let branches: Vec<Value> = (0..20_000)
+            .map(|i| {
+                let kind = if i == 12_345 { changed } else { "string" };
+                json!({"type": "object", "properties": { format!("p{i}"): {"type": kind} }})
+            })
+            .collect();
+        obj(json!({"u": {"anyOf": branches}}), &[])
+    };
+    check_input(
+        union("string"),
+        union("integer"),
+        &["BREAKING param_type_changed t u.p12345 \"string\" -> \"integer\""],
+    );
+}
+
+#[test]
 fn keywords_that_only_restrict() {
     let base = |extra: Value| {
         let mut schema = obj(json!({"a": {"type": "string"}, "b": {"type": "string"}}), &[]);
