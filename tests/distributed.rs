@@ -21,6 +21,31 @@ fn environment(name: &str) -> Vec<(String, String)> {
     env
 }
 
+/// Call `i` of tool `t<tool>` on `server` (project `default`), returning `value`.
+fn tool_span(server: &str, tool: usize, i: usize, value: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"project": "default", "span_id": format!("{server}-t{tool}-{i}"), "session_id": "s",
+        "agent_name": "gateway", "server": server, "tool": format!("t{tool}"),
+        "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 3, "status": "success", "return_value": value})
+}
+
+/// Twelve calls through ingest to each of the tools `t0..t<tools>` of `server` (each tool's baseline shape),
+/// waited for until all are counted.
+fn post_baseline_calls(client: &support::Client, server: &str, tools: usize) {
+    let spans: Vec<serde_json::Value> = (0..tools)
+        .flat_map(|t| (0..12).map(move |i| (t, i)))
+        .map(|(t, i)| tool_span(server, t, i, serde_json::json!({"id": i})))
+        .collect();
+    assert_eq!(client.post_json("/v1/spans", &serde_json::Value::Array(spans)).0, 202);
+    client.wait_for("/api/tools", "the baseline calls", |found| {
+        found.as_array().is_some_and(|t| t.len() == tools && t.iter().all(|t| t["calls"] == 12))
+    });
+}
+
+/// One setting of a deployment's environment.
+fn setting(env: &[(String, String)], key: &str) -> String {
+    env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("{key} is not set"))
+}
+
 fn driftline(args: &[&str], env: &[(String, String)]) -> (i32, String, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_driftline"))
         .args(args)
@@ -560,14 +585,12 @@ fn a_long_replay_with_detectors_killed_three_times_ends_exactly_like_an_uninterr
         .expect("clock");
     let run = |name: &str, kills: &[u64]| {
         let env = environment(name);
-        let database =
-            env.iter().find(|(k, _)| k == "DRIFTLINE__CLICKHOUSE__DATABASE").map(|(_, v)| v.clone());
-        let database = database.expect("database");
-        let prefix = env.iter().find(|(k, _)| k == "DRIFTLINE__KAFKA__TOPIC_PREFIX").map(|(_, v)| v.clone());
+        let database = setting(&env, "DRIFTLINE__CLICKHOUSE__DATABASE");
+        let prefix = setting(&env, "DRIFTLINE__KAFKA__TOPIC_PREFIX");
         let (code, _, stderr) = driftline(&["topics", "create"], &env);
         assert_eq!(code, 0, "{stderr}");
         let stages = Stages::migrated(env, &temp_dir(name));
-        publish_replay(&prefix.expect("prefix"), base);
+        publish_replay(&prefix, base);
         let mut detector = stages.start("detect", "detect");
         for &at in kills {
             wait_for_replay_calls(&database, at);
@@ -720,11 +743,7 @@ fn a_java_producer_and_ingest_put_each_key_on_one_partition_and_detectors_keep_o
     let dir = temp_dir("split-java");
     let mut env = environment("java");
     env.retain(|(k, _)| k != "DRIFTLINE__KAFKA__INSTANCE_ID");
-    let prefix = env
-        .iter()
-        .find(|(k, _)| k == "DRIFTLINE__KAFKA__TOPIC_PREFIX")
-        .map(|(_, v)| v.clone())
-        .expect("prefix");
+    let prefix = setting(&env, "DRIFTLINE__KAFKA__TOPIC_PREFIX");
     let stages = Stages::migrated(env, &dir);
     let (ingest, api) = (stages.start("ingest", "ingest"), stages.start("api", "api"));
     let detectors = [stages.start("detect", "detect-1"), stages.start("detect", "detect-2")];
@@ -732,20 +751,9 @@ fn a_java_producer_and_ingest_put_each_key_on_one_partition_and_detectors_keep_o
     let client = Endpoints { api: api.url.clone(), ingest: ingest.url.clone(), metrics: vec![] }.client();
 
     const TOOLS: usize = 8;
-    let span = |tool: usize, i: usize, value: serde_json::Value| {
-        json!({"project": "default", "span_id": format!("t{tool}-{i}"), "session_id": "s", "agent_name": "gateway",
-            "server": "java-mcp", "tool": format!("t{tool}"), "started_at": "2026-03-26T08:15:42.000Z",
-            "duration_ms": 3, "status": "success", "return_value": value})
-    };
+    let span = |tool: usize, i: usize, value: serde_json::Value| tool_span("java-mcp", tool, i, value);
     // Twelve calls per tool through ingest: each tool's baseline shape.
-    let spans: Vec<serde_json::Value> = (0..TOOLS)
-        .flat_map(|t| (0..12).map(move |i| (t, i)))
-        .map(|(t, i)| span(t, i, json!({"id": i})))
-        .collect();
-    assert_eq!(client.post_json("/v1/spans", &serde_json::Value::Array(spans)).0, 202);
-    client.wait_for("/api/tools", "ingest's calls", |tools| {
-        tools.as_array().is_some_and(|t| t.len() == TOOLS && t.iter().all(|t| t["calls"] == 12))
-    });
+    post_baseline_calls(&client, "java-mcp", TOOLS);
 
     // Ten calls per tool with a new shape from the Java producer, one mis-keyed record and one keyless.
     let mut lines = String::new();
@@ -857,26 +865,14 @@ fn migrate_partitioner_moves_state_to_the_partitions_of_its_keys() {
 
     let dir = temp_dir("split-repartition");
     let env = environment("repartition");
-    let database =
-        env.iter().find(|(k, _)| k == "DRIFTLINE__CLICKHOUSE__DATABASE").map(|(_, v)| v.clone()).expect("db");
+    let database = setting(&env, "DRIFTLINE__CLICKHOUSE__DATABASE");
     let stages = Stages::migrated(env.clone(), &dir);
     let Split { ingest, detect, api } = stages.split();
     let client = Endpoints { api: api.url.clone(), ingest: ingest.url.clone(), metrics: vec![] }.client();
     const TOOLS: usize = 6;
-    let span = |tool: usize, i: usize, value: serde_json::Value| {
-        json!({"span_id": format!("r{tool}-{i}"), "session_id": "s", "agent_name": "a", "server": "rp",
-            "tool": format!("t{tool}"), "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 3,
-            "status": "success", "return_value": value})
-    };
+    let span = |tool: usize, i: usize, value: serde_json::Value| tool_span("rp", tool, i, value);
     assert_eq!(client.put_json("/api/servers/rp/tools", &json!([{"name": "t0"}])).0, 202);
-    let spans: Vec<serde_json::Value> = (0..TOOLS)
-        .flat_map(|t| (0..12).map(move |i| (t, i)))
-        .map(|(t, i)| span(t, i, json!({"id": i})))
-        .collect();
-    assert_eq!(client.post_json("/v1/spans", &serde_json::Value::Array(spans)).0, 202);
-    client.wait_for("/api/tools", "the baseline calls", |tools| {
-        tools.as_array().is_some_and(|t| t.len() == TOOLS && t.iter().all(|t| t["calls"] == 12))
-    });
+    post_baseline_calls(&client, "rp", TOOLS);
     assert!(detect.terminate().success(), "the detector did not stop cleanly");
 
     // As an older driftline would have stored it: every state one partition off.
@@ -927,8 +923,7 @@ fn clickhouse_positions_beyond_32_bits_round_trip() {
     let env = environment("offsets");
     let (code, _, stderr) = driftline(&["migrate"], &env);
     assert_eq!(code, 0, "migrate failed: {stderr}");
-    let database =
-        env.iter().find(|(k, _)| k == "DRIFTLINE__CLICKHOUSE__DATABASE").map(|(_, v)| v.clone()).expect("db");
+    let database = setting(&env, "DRIFTLINE__CLICKHOUSE__DATABASE");
     let settings = ClickHouseSettings { url: clickhouse_url(), database, user: None, password: None };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {

@@ -259,14 +259,18 @@ fn configuration_errors_name_the_key() {
     assert_eq!(code, 2);
     assert!(stderr.contains("unknown field `bnd`"), "{stderr}");
 
-    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
-        .args(["serve", "--data-dir", dir.to_str().expect("dir")])
-        .env("DRIFTLINE__DETECTOR__HISTORY_WINDOW", "5")
-        .output()
-        .expect("run");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("detector.history_window = 5 is out of bounds"), "{stderr}");
+    // `serve` with one setting from the environment: it must refuse to start, naming the key.
+    let refused = |key: &str, value: &str, message: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
+            .args(["serve", "--data-dir", dir.to_str().expect("dir")])
+            .env(key, value)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+    };
+    refused("DRIFTLINE__DETECTOR__HISTORY_WINDOW", "5", "detector.history_window = 5 is out of bounds");
 
     // A project name holding `/` would share keys (`project/server/tool`) with another project.
     let config = dir.join("slash.toml");
@@ -277,14 +281,11 @@ fn configuration_errors_name_the_key() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("auth.keys[0].project: invalid project name \"a/b\""), "{stderr}");
 
-    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
-        .args(["serve", "--data-dir", dir.to_str().expect("dir")])
-        .env("DRIFTLINE__DETECTOR__REPEAT_WINDOW_HOURS", "0")
-        .output()
-        .expect("run");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("detector.repeat_window_hours = 0 is out of bounds"), "{stderr}");
+    refused(
+        "DRIFTLINE__DETECTOR__REPEAT_WINDOW_HOURS",
+        "0",
+        "detector.repeat_window_hours = 0 is out of bounds",
+    );
 }
 
 #[test]
