@@ -180,8 +180,10 @@ pub fn drift(api: &Api, server: &str, hours: u32) -> anyhow::Result<ExitCode> {
         .map(|c| c.tool_name.as_str())
         .collect();
     for tool in tools {
-        let answer: DriftImpact =
-            api.get(&format!("/api/health/servers/{server}/drift-impact?tool_name={tool}&hours={hours}"))?;
+        let answer: DriftImpact = api.get(&format!(
+            "/api/health/servers/{server}/drift-impact?tool_name={}&hours={hours}",
+            query_value(tool)
+        ))?;
         impact.insert(tool.to_owned(), impact_lines(&answer));
         impacts.push(answer);
     }
@@ -232,10 +234,22 @@ fn impact_lines(impact: &DriftImpact) -> Vec<String> {
         .collect()
 }
 
+/// A query-string value as a URL carries it: tool names come from servers and may hold `&`, `#` or spaces.
+fn query_value(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// The documented consumer-impact report: which agents call a tool, and what to do about its open drift.
 pub fn drift_impact(api: &Api, server: &str, tool: &str, hours: u32) -> anyhow::Result<ExitCode> {
-    let impact: DriftImpact =
-        api.get(&format!("/api/health/servers/{server}/drift-impact?tool_name={tool}&hours={hours}"))?;
+    let impact: DriftImpact = api.get(&format!(
+        "/api/health/servers/{server}/drift-impact?tool_name={}&hours={hours}",
+        query_value(tool)
+    ))?;
     let history: Vec<SchemaDriftEvent> =
         api.get(&format!("/api/health/servers/{server}/drift-history?limit=100"))?;
     // The newest open event that changes this tool, and its worst change for the tool.
@@ -443,6 +457,12 @@ mod tests {
         let open = event("open", "BREAKING");
         let report = impact_report(&impact(consumers, 15, None), Some(&open), open.changes.first());
         check_golden("drift-impact.txt", &report);
+    }
+
+    #[test]
+    fn tool_names_are_encoded_in_queries() {
+        assert_eq!(query_value("search_web-2.v"), "search_web-2.v");
+        assert_eq!(query_value("a&hours=1#x y/é"), "a%26hours%3D1%23x%20y%2F%C3%A9");
     }
 
     #[test]
