@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -22,7 +22,7 @@ build:
 	$(CARGO) build --release --locked --bin driftline
 
 ## test: formatting, lints, and every test (unit, property, conformance, CLI, end to end, browser).
-test: toolchain
+test: toolchain python-env
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@mkdir -p target
@@ -37,11 +37,14 @@ test: toolchain
 	     /^[0-9]+ (passed|failed).* in [0-9.]+s/ { for (i = 1; i < NF; i++) { if ($$(i+1) ~ /^passed/) p += $$i; if ($$(i+1) ~ /^failed/) f += $$i } } \
 	     END { print p " passed, " f " failed" }' target/test.log target/helm-check.log target/browser-test.log target/python-test.log
 
-# The Python capture snippet (examples/python) with the official `mcp` SDK, in a cached virtualenv.
+# The official `mcp` Python SDK in a cached virtualenv: the capture snippet's tests (examples/python) and the
+# MCP servers the Rust end-to-end tests start (tests/mcp) use it.
 PYENV = target/python-env
-python-test:
+python-env:
 	@test -x $(PYENV)/bin/python || python3 -m venv $(PYENV)
 	@$(PYENV)/bin/pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+
+python-test: python-env
 	$(CARGO) build --locked --bin driftline
 	set -o pipefail; DRIFTLINE_BIN=$(TARGET_DIR)/debug/driftline $(PYENV)/bin/python -m pytest -q -p no:cacheprovider examples/python 2>&1 \
 	    | tee target/python-test.log

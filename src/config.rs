@@ -151,7 +151,7 @@ impl KafkaConfig {
     }
 }
 
-/// Active probing of MCP servers (Streamable HTTP): their tool lists and whether they answer.
+/// Active probing of MCP servers (Streamable HTTP, SSE or stdio): their tool lists and whether they answer.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeConfig {
@@ -160,7 +160,8 @@ pub struct ProbeConfig {
     pub interval_seconds: u64,
     /// Connecting, and each complete tools/list, must finish within this; otherwise the server is DOWN.
     pub timeout_seconds: u64,
-    /// `[[probe.servers]] name = "search-mcp", url = "http://…/mcp", headers = { Authorization = "Bearer …" }`.
+    /// `[[probe.servers]] name = "search-mcp", url = "http://…/mcp", headers = { Authorization = "Bearer …" }`,
+    /// or `name = "files", command = "npx", args = ["-y", "@modelcontextprotocol/server-filesystem", "/data"]`.
     pub servers: Vec<driftline_probe::ProbeTarget>,
 }
 
@@ -422,9 +423,13 @@ impl Config {
                     target.name
                 );
             }
-            if !(target.url.starts_with("http://") || target.url.starts_with("https://")) {
-                bail!("probe.servers[{index}].url = {:?} must be an http:// or https:// Streamable HTTP endpoint", target.url);
+            if let Err(reason) = target.endpoint() {
+                bail!("probe.servers[{index}] ({}): {reason}", target.name);
             }
+        }
+        let mut names = std::collections::HashSet::new();
+        if let Some(target) = self.probe.servers.iter().find(|t| !names.insert(t.name.as_str())) {
+            bail!("probe.servers: the name {:?} is used twice", target.name);
         }
         if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {
             bail!("limits.max_spans_per_batch and limits.max_body_bytes must be at least 1");

@@ -1,5 +1,5 @@
-//! `driftline serve` (ingest, the detector worker and the API in one process) and the single stages
-//! `driftline ingest | detect | api` of a split deployment over Kafka and ClickHouse.
+//! `driftline serve` (ingest, the detector worker, the API and the prober in one process) and the single
+//! stages `driftline ingest | detect | api | probe` of a split deployment over Kafka and ClickHouse.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +22,15 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Which stages a process runs (DESIGN.md §1): all of them (`serve`), or one (`ingest`, `detect`, `api`).
+/// Which stages a process runs (DESIGN.md §1): all of them (`serve`), or one (`ingest`, `detect`, `api`,
+/// `probe`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     All,
     Ingest,
     Detect,
     Api,
+    Probe,
 }
 
 impl Role {
@@ -38,7 +40,17 @@ impl Role {
             Role::Ingest => "ingest",
             Role::Detect => "detect",
             Role::Api => "api",
+            Role::Probe => "probe",
         }
+    }
+
+    fn probes(self) -> bool {
+        matches!(self, Role::All | Role::Probe)
+    }
+
+    /// Detectors and probers serve only health and metrics.
+    fn serves_data(self) -> bool {
+        !matches!(self, Role::Detect | Role::Probe)
     }
 
     fn ingests(self) -> bool {
@@ -56,7 +68,7 @@ impl Role {
 
 /// A stage on its own shares nothing in-process with the others: they meet in Kafka and ClickHouse.
 pub fn check_role(config: &Config, role: Role) -> anyhow::Result<()> {
-    config.check_listener(role != Role::Detect)?;
+    config.check_listener(role.serves_data())?;
     if role == Role::All {
         return Ok(());
     }
@@ -67,7 +79,10 @@ pub fn check_role(config: &Config, role: Role) -> anyhow::Result<()> {
             role.name()
         );
     }
-    if role != Role::Ingest && config.storage.store != StoreKind::Clickhouse {
+    if role == Role::Probe && config.probe.servers.is_empty() {
+        anyhow::bail!("driftline probe has nothing to do: add [[probe.servers]] to the configuration");
+    }
+    if matches!(role, Role::Detect | Role::Api) && config.storage.store != StoreKind::Clickhouse {
         anyhow::bail!(
             "driftline {} needs storage.store = \"clickhouse\" (DRIFTLINE__STORAGE__STORE=clickhouse)",
             role.name()
@@ -117,7 +132,8 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         thresholds: config.detector.thresholds(),
         repeat_window_hours: config.detector.repeat_window_hours,
     };
-    let store = if role == Role::Ingest { None } else { Some(open_store(&config).await?) };
+    let store =
+        if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut worker_task = None;
     let (producer, kafka): (Arc<dyn driftline_bus::Producer>, Option<KafkaBus>) = match config.storage.bus {
@@ -149,7 +165,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let mut probes = Vec::new();
     let mut app = axum::Router::new();
     let mut documents = Vec::new();
-    if role.ingests() {
+    if role.probes() {
         let probe_settings = driftline_probe::ProbeSettings {
             project: config.probe.project.clone(),
             interval: Duration::from_secs(config.probe.interval_seconds),
@@ -161,6 +177,8 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             producer.clone(),
             stop.subscribe(),
         );
+    }
+    if role.ingests() {
         let (ingest, ingest_doc) = driftline_ingest::router(IngestState {
             producer: producer.clone(),
             auth: auth.clone(),
@@ -205,9 +223,8 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);
-    for probe in probes {
-        let _ = tokio::time::timeout(Duration::from_secs(2), probe).await;
-    }
+    // Probes close their sessions; a stdio server gets a few seconds to exit before it is killed.
+    let _ = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(probes)).await;
     if let Some(task) = worker_task {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }

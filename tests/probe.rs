@@ -1,5 +1,7 @@
-//! Active probing against a real MCP server built with rmcp inside the test: pagination, a tool list
-//! that changes between probes, and a server that stops answering in time and then recovers.
+//! Active probing against real MCP servers: one built with rmcp inside the test (pagination, a tool list
+//! that changes between probes, a server that stops answering in time and recovers), and one on the
+//! official Python SDK (`tests/mcp/catalog_server.py`) over stdio, SSE and Streamable HTTP; and
+//! `driftline capture` against them.
 
 mod support;
 
@@ -14,7 +16,10 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
-use support::{temp_dir, Server};
+use support::{
+    catalog_over_http, catalog_pid, catalog_server, process_exists, python, run_cli, temp_dir, wait_until,
+    Server,
+};
 
 const PAGE: usize = 2;
 
@@ -141,4 +146,187 @@ fn an_unreachable_server_is_down_from_the_start() {
     let health = server.client(None).wait_for("/api/health/servers/gone", "DOWN", |s| s["status"] == "DOWN");
     assert!(health["note"].as_str().is_some_and(|n| !n.is_empty()), "{health}");
     assert_eq!(health["tool_count"], 0);
+}
+
+/// A `[[probe.servers]]` entry that starts the catalog server over stdio with its state in `state`.
+fn stdio_entry(name: &str, state: &std::path::Path) -> String {
+    format!(
+        "[[probe.servers]]\nname = \"{name}\"\ncommand = {:?}\nargs = [{:?}, \"--state\", {:?}]\n",
+        python().display().to_string(),
+        catalog_server().display().to_string(),
+        state.display().to_string()
+    )
+}
+
+#[test]
+fn a_stdio_server_is_probed_restarted_when_it_exits_and_its_new_tools_seen() {
+    let state = temp_dir("stdio-state");
+    let dir = temp_dir("probe-stdio");
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!("[probe]\ninterval_seconds = 1\ntimeout_seconds = 15\n\n{}", stdio_entry("catalog", &state)),
+    )
+    .expect("config");
+    let server = Server::start(&dir, Some(&config), &[]);
+    let client = server.client(None);
+
+    let health =
+        client.wait_for_within(30, "/api/health/servers/catalog", "the first probe", |s| s["status"] == "UP");
+    assert_eq!(health["tool_count"], 2, "{health}");
+    let first = catalog_pid(&state);
+    // The child's stderr reaches driftline's log, never its stdout.
+    wait_until(10, "the server's stderr in driftline's log", || {
+        let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+        log.contains("catalog server starting with tools v1").then_some(()).ok_or_else(|| "not yet".into())
+    });
+
+    // The server exits and cannot start again: DOWN, and it stays DOWN while restarts fail.
+    std::fs::write(state.join("version"), "2").expect("version");
+    std::fs::write(state.join("fail"), "").expect("fail");
+    std::fs::remove_file(state.join("pid")).expect("pid file");
+    let _ = std::process::Command::new("kill").arg("-9").arg(first.to_string()).status();
+    let down = client.wait_for_within(30, "/api/health/servers/catalog", "DOWN", |s| s["status"] == "DOWN");
+    assert!(down["note"].as_str().is_some_and(|n| !n.is_empty()), "{down}");
+    wait_until(10, "the killed server to be reaped", || {
+        (!process_exists(first)).then_some(()).ok_or_else(|| format!("pid {first} still exists"))
+    });
+
+    // It starts again (with its new tools): the restart is seen as drift of the tool list.
+    std::fs::remove_file(state.join("fail")).expect("fail file");
+    client.wait_for_within(40, "/api/health/servers/catalog", "the restart", |s| s["status"] == "DEGRADED");
+    assert_ne!(catalog_pid(&state), first, "a new child process");
+    let history = client.get("/api/health/servers/catalog/drift-history").1;
+    let change = &history[0]["changes"][0];
+    assert_eq!(
+        (change["change_type"].as_str(), change["tool_name"].as_str(), change["param_name"].as_str()),
+        (Some("param_became_required"), Some("search"), Some("region")),
+        "{history}"
+    );
+
+    // On shutdown the child is stopped with driftline.
+    let child = catalog_pid(&state);
+    assert!(server.terminate().success());
+    wait_until(10, "the child to exit with driftline", || {
+        (!process_exists(child)).then_some(()).ok_or_else(|| format!("pid {child} still exists"))
+    });
+}
+
+#[test]
+fn a_stdio_server_that_does_not_answer_is_down_and_killed() {
+    let state = temp_dir("hang-state");
+    std::fs::write(state.join("hang"), "").expect("hang");
+    let dir = temp_dir("probe-hang");
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!("[probe]\ninterval_seconds = 60\ntimeout_seconds = 3\n\n{}", stdio_entry("silent", &state)),
+    )
+    .expect("config");
+    let server = Server::start(&dir, Some(&config), &[]);
+    let pid = catalog_pid(&state);
+    let down = server
+        .client(None)
+        .wait_for_within(30, "/api/health/servers/silent", "DOWN", |s| s["status"] == "DOWN");
+    assert!(down["note"].as_str().is_some_and(|n| n.contains("timed out")), "{down}");
+    wait_until(10, "the silent child to be killed and reaped", || {
+        (!process_exists(pid)).then_some(()).ok_or_else(|| format!("pid {pid} still exists"))
+    });
+}
+
+#[test]
+fn sse_and_streamable_http_servers_on_the_python_sdk_are_probed() {
+    let state = temp_dir("http-state");
+    let (mut sse, sse_url) = catalog_over_http("sse", &state);
+    let (mut http, http_url) = catalog_over_http("streamable-http", &state);
+    let dir = temp_dir("probe-python-http");
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[probe]\ninterval_seconds = 1\ntimeout_seconds = 10\n\n\
+             [[probe.servers]]\nname = \"legacy\"\nurl = \"{sse_url}\"\ntransport = \"sse\"\n\n\
+             [[probe.servers]]\nname = \"modern\"\nurl = \"{http_url}\"\n"
+        ),
+    )
+    .expect("config");
+    let server = Server::start(&dir, Some(&config), &[]);
+    let client = server.client(None);
+    for name in ["legacy", "modern"] {
+        let path = format!("/api/health/servers/{name}");
+        let health = client.wait_for_within(30, &path, "the first probe", |s| s["status"] == "UP");
+        assert_eq!(health["tool_count"], 2, "{health}");
+    }
+    let _ = sse.kill();
+    let _ = sse.wait();
+    client.wait_for_within(30, "/api/health/servers/legacy", "DOWN", |s| s["status"] == "DOWN");
+    let _ = http.kill();
+    let _ = http.wait();
+}
+
+#[test]
+fn capture_prints_every_tool_of_a_server_over_each_transport() {
+    let catalog = Catalog {
+        tools: Arc::new(Mutex::new((0..5).map(|i| tool(&format!("tool_{i}"), &["q"])).collect())),
+        slow: Arc::new(AtomicBool::new(false)),
+    };
+    let endpoint = serve_mcp(catalog);
+    let dir = temp_dir("capture");
+    let out = dir.join("tools.json");
+    let out_arg = out.display().to_string();
+
+    // Streamable HTTP, three pages, to a file; a header is accepted.
+    let (code, stdout, stderr) =
+        run_cli(&["capture", "--url", &endpoint, "--header", "X-Probe=driftline", "--out", &out_arg]);
+    assert_eq!((code, stdout.as_str()), (0, ""), "{stderr}");
+    let tools: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("out file")).expect("JSON");
+    let names: Vec<&str> =
+        tools.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["tool_0", "tool_1", "tool_2", "tool_3", "tool_4"]);
+
+    // stdio, to stdout, keys in a stable (sorted) order; the result diffs cleanly against itself.
+    let state = temp_dir("capture-state");
+    let python = python().display().to_string();
+    let script = catalog_server().display().to_string();
+    let state_arg = state.display().to_string();
+    let capture_stdio = || run_cli(&["capture", "--", &python, &script, "--state", &state_arg]);
+    let (code, stdout, stderr) = capture_stdio();
+    assert_eq!(code, 0, "{stderr}");
+    let tools: Value = serde_json::from_str(&stdout).expect("a JSON tools array");
+    assert_eq!(tools[0]["name"], "search", "{stdout}");
+    let first_keys: Vec<&String> = tools[0].as_object().map(|o| o.keys().collect()).unwrap_or_default();
+    let mut sorted = first_keys.clone();
+    sorted.sort();
+    assert_eq!(first_keys, sorted, "keys in stable order");
+    let baseline = dir.join("baseline.json");
+    std::fs::write(&baseline, &stdout).expect("baseline");
+    let baseline_arg = baseline.display().to_string();
+
+    // The CI gate: a new release of the server makes a parameter required.
+    std::fs::write(state.join("version"), "2").expect("version");
+    let (code, current, stderr) = capture_stdio();
+    assert_eq!(code, 0, "{stderr}");
+    let current_path = dir.join("current.json");
+    std::fs::write(&current_path, &current).expect("current");
+    let current_arg = current_path.display().to_string();
+    let (code, report, _) = run_cli(&["diff", &baseline_arg, &baseline_arg, "--fail-on", "breaking"]);
+    assert_eq!(code, 0, "{report}");
+    let (code, report, _) = run_cli(&["diff", &baseline_arg, &current_arg, "--fail-on", "breaking"]);
+    assert_eq!(code, 1, "{report}");
+    assert!(report.contains("region"), "{report}");
+
+    // Unreachable (3), a command that does not exist (3), usage (2).
+    let (code, _, stderr) = run_cli(&["capture", "--url", "http://127.0.0.1:9/mcp", "--timeout", "3"]);
+    assert_eq!(code, 3, "{stderr}");
+    let (code, _, stderr) = run_cli(&["capture", "--", "/nonexistent/mcp-server"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("/nonexistent/mcp-server"), "{stderr}");
+    for usage in [
+        &["capture"][..],
+        &["capture", "--url", &endpoint, "--", "ls"],
+        &["capture", "--header", "x", "--url", &endpoint],
+    ] {
+        let (code, _, stderr) = run_cli(usage);
+        assert_eq!(code, 2, "{usage:?}: {stderr}");
+    }
 }

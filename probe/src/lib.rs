@@ -1,12 +1,17 @@
-//! Active MCP probing (DESIGN.md §5 "DOWN"): for each configured server, connect over Streamable HTTP with
-//! the official Rust SDK (rmcp), follow every `tools/list` cursor, and publish the complete list as a
+//! Active MCP probing (DESIGN.md §5 "DOWN"): for each configured server, connect with the official Rust
+//! SDK (rmcp) over Streamable HTTP, the legacy HTTP+SSE transport (`sse.rs`), or stdio to a child process
+//! it starts (`stdio.rs`), follow every `tools/list` cursor, and publish the complete list as a
 //! ToolListSnapshot (source `probe`, with the round-trip latency), or a ProbeFailure when the server cannot
 //! be reached in time. The session stays open between probes so that `notifications/tools/list_changed`
-//! triggers a probe at once; any failure drops it and the next probe reconnects.
+//! triggers a probe at once; a session that ends (a child that exits) is probed at once, found DOWN, and
+//! reconnected with capped exponential backoff.
 
 mod metrics;
+mod sse;
+mod stdio;
+mod target;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,22 +23,13 @@ use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
-use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{watch, Notify};
 
-/// One MCP server to probe.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProbeTarget {
-    /// The server name driftline files the results under.
-    pub name: String,
-    /// Streamable HTTP endpoint, e.g. `http://127.0.0.1:9000/mcp`.
-    pub url: String,
-    /// Extra request headers, e.g. `{ Authorization = "Bearer …" }`.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-}
+pub use target::{Endpoint, ProbeTarget, StdioCommand, TransportKind};
+
+/// Reconnecting after a failure waits 1 s, 2 s, 4 s … up to this (and never longer than the interval).
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 pub struct ProbeSettings {
@@ -46,8 +42,10 @@ pub struct ProbeSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error("invalid header {0:?} for {1}")]
-    Header(String, String),
+    #[error("invalid target: {0}")]
+    Target(String),
+    #[error("cannot start {0}: {1}")]
+    Spawn(String, String),
     #[error("cannot connect: {0}")]
     Connect(String),
     #[error("tools/list failed: {0}")]
@@ -81,20 +79,60 @@ impl ClientHandler for Listener {
     }
 }
 
-type Session = RunningService<RoleClient, Listener>;
+/// An open MCP session, and the child process behind it when the server runs over stdio.
+pub struct Session {
+    service: RunningService<RoleClient, Listener>,
+    child: Option<u32>,
+}
 
-async fn connect(target: &ProbeTarget, changed: Arc<Notify>) -> Result<Session, ProbeError> {
-    let mut headers = HashMap::new();
-    for (name, value) in &target.headers {
-        let header = http::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| ProbeError::Header(name.clone(), target.name.clone()))?;
-        let value = http::HeaderValue::from_str(value)
-            .map_err(|_| ProbeError::Header(name.clone(), target.name.clone()))?;
-        headers.insert(header, value);
+impl Session {
+    /// Whether the server side is gone (the child exited, the stream closed).
+    fn ended(&self) -> bool {
+        self.service.is_transport_closed() || self.service.is_closed()
     }
-    let config = StreamableHttpClientTransportConfig::with_uri(target.url.as_str()).custom_headers(headers);
-    let transport = StreamableHttpClientTransport::from_config(config);
-    Listener { changed }.serve(transport).await.map_err(|err| ProbeError::Connect(err.to_string()))
+
+    /// Ends the session: a child is asked to exit (stdin closed, then SIGTERM, then killed) and reaped;
+    /// with `kill`, its process group is killed at once (a probe that timed out).
+    async fn close(mut self, kill: bool) {
+        if let (true, Some(pid)) = (kill, self.child) {
+            stdio::kill_group(pid);
+        }
+        let _ = self.service.close_with_timeout(Duration::from_secs(8)).await;
+    }
+}
+
+async fn connect(server: &str, endpoint: &Endpoint, changed: Arc<Notify>) -> Result<Session, ProbeError> {
+    let listener = Listener { changed };
+    let connect_error = |err: rmcp::service::ClientInitializeError| ProbeError::Connect(err.to_string());
+    match endpoint {
+        Endpoint::Http { url, headers, sse: false } => {
+            let headers = headers.iter().cloned().collect();
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let service = listener.serve(transport).await.map_err(connect_error)?;
+            Ok(Session { service, child: None })
+        }
+        Endpoint::Http { url, headers, sse: true } => {
+            let transport =
+                sse::connect(url, headers).await.map_err(|err| ProbeError::Connect(err.to_string()))?;
+            let service = listener.serve(transport).await.map_err(connect_error)?;
+            Ok(Session { service, child: None })
+        }
+        Endpoint::Stdio(command) => {
+            let (transport, child) = stdio::spawn(server, command)
+                .map_err(|err| ProbeError::Spawn(command.program.clone(), err.to_string()))?;
+            match listener.serve(transport).await {
+                Ok(service) => Ok(Session { service, child }),
+                Err(err) => {
+                    // The transport (and with it the child) was dropped: rmcp kills and reaps it.
+                    if let Some(pid) = child {
+                        stdio::kill_group(pid);
+                    }
+                    Err(connect_error(err))
+                }
+            }
+        }
+    }
 }
 
 /// Every tool the server declares, following `nextCursor` until it stops.
@@ -104,7 +142,11 @@ async fn list_all(session: &Session) -> Result<Vec<Value>, ProbeError> {
     let mut seen = HashSet::new();
     loop {
         let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
-        let page = session.list_tools(Some(params)).await.map_err(|err| ProbeError::List(err.to_string()))?;
+        let page = session
+            .service
+            .list_tools(Some(params))
+            .await
+            .map_err(|err| ProbeError::List(err.to_string()))?;
         for tool in page.tools {
             tools.push(serde_json::to_value(tool).map_err(|err| ProbeError::List(err.to_string()))?);
         }
@@ -144,6 +186,35 @@ async fn publish(producer: &dyn Producer, key: String, payload: Result<Vec<u8>, 
     }
 }
 
+/// Connects, reads the complete tool list once and closes the session: `driftline capture`.
+pub async fn capture(endpoint: &Endpoint, timeout: Duration) -> Result<Vec<Value>, ProbeError> {
+    let session = within(timeout, connect("capture", endpoint, Arc::new(Notify::new()))).await?;
+    let tools = within(timeout, list_all(&session)).await;
+    session.close(tools.is_err()).await;
+    tools
+}
+
+/// Waits until the session ends; never, without one.
+async fn ended(session: &Option<Session>) {
+    match session {
+        Some(open) => {
+            while !open.ended() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The wait before the next probe after `failures` failed ones in a row.
+fn next_wait(failures: u32, interval: Duration) -> Duration {
+    if failures == 0 {
+        return interval;
+    }
+    let backoff = Duration::from_secs(1u64 << failures.saturating_sub(1).min(16));
+    backoff.min(MAX_BACKOFF).min(interval)
+}
+
 /// Probes one server until `shutdown` turns true.
 pub async fn run(
     target: ProbeTarget,
@@ -151,14 +222,24 @@ pub async fn run(
     producer: Arc<dyn Producer>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let endpoint = match target.endpoint() {
+        Ok(endpoint) => endpoint,
+        Err(reason) => {
+            // Configuration is checked at start; this only guards direct callers.
+            tracing::error!(server = %target.name, %reason, "probe target refused");
+            return;
+        }
+    };
     let changed = Arc::new(Notify::new());
     let key = format!("{}/{}", settings.project, target.name);
     let mut session: Option<Session> = None;
+    let mut failures = 0u32;
     while !*shutdown.borrow() {
         let started = Instant::now();
         let result = async {
             if session.is_none() {
-                session = Some(within(settings.timeout, connect(&target, changed.clone())).await?);
+                session =
+                    Some(within(settings.timeout, connect(&target.name, &endpoint, changed.clone())).await?);
             }
             match &session {
                 Some(open) => within(settings.timeout, list_all(open)).await,
@@ -169,6 +250,7 @@ pub async fn run(
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok(tools) => {
+                failures = 0;
                 metrics::PROBES.with_label_values(&["up"]).inc();
                 tracing::debug!(server = %target.name, tools = tools.len(), latency_ms, "probe succeeded");
                 let snapshot = ToolListSnapshot {
@@ -183,11 +265,12 @@ pub async fn run(
                 publish(producer.as_ref(), key.clone(), serde_json::to_vec(&snapshot)).await;
             }
             Err(err) => {
+                failures = failures.saturating_add(1);
                 metrics::PROBES.with_label_values(&["down"]).inc();
-                tracing::info!(server = %target.name, error = %err, "probe failed");
-                // Drop the session: the next probe starts with a fresh initialize.
+                tracing::info!(server = %target.name, endpoint = %endpoint.describe(), error = %err, failures, "probe failed");
+                // Drop the session: the next probe starts with a fresh initialize (and a fresh child).
                 if let Some(open) = session.take() {
-                    let _ = tokio::time::timeout(Duration::from_secs(1), open.cancel()).await;
+                    open.close(matches!(err, ProbeError::Timeout(_))).await;
                 }
                 let failure = ProbeFailure {
                     schema_version: driftline_schemas::SCHEMA_VERSION,
@@ -200,13 +283,14 @@ pub async fn run(
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(settings.interval) => {}
+            _ = tokio::time::sleep(next_wait(failures, settings.interval)) => {}
             _ = changed.notified() => tracing::info!(server = %target.name, "tool list changed; probing now"),
+            _ = ended(&session) => tracing::info!(server = %target.name, "mcp session ended; probing now"),
             _ = shutdown.changed() => {}
         }
     }
     if let Some(open) = session.take() {
-        let _ = tokio::time::timeout(Duration::from_secs(1), open.cancel()).await;
+        open.close(false).await;
     }
 }
 
@@ -221,4 +305,18 @@ pub fn spawn(
         .into_iter()
         .map(|target| tokio::spawn(run(target, settings.clone(), producer.clone(), shutdown.clone())))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_interval_and_the_cap() {
+        let s = Duration::from_secs;
+        let waits: Vec<u64> = (0..10).map(|f| next_wait(f, s(60)).as_secs()).collect();
+        assert_eq!(waits, [60, 1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(next_wait(3, s(2)), s(2));
+        assert_eq!(next_wait(u32::MAX, s(3600)), MAX_BACKOFF);
+    }
 }

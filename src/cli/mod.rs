@@ -1,6 +1,8 @@
 //! Command-line interface. Exit codes are the same for every output format:
-//! 0 success; 1 `diff` found a change at or above `--fail-on`; 2 usage, input or I/O error.
+//! 0 success; 1 `diff` found a change at or above `--fail-on`; 2 usage, input or I/O error; 3 a server
+//! (driftline's, or the MCP server `capture` reads) cannot be reached or answers with an error.
 
+mod capture;
 mod client;
 mod demo;
 mod diff;
@@ -43,11 +45,15 @@ enum Command {
     Detect(ServeArgs),
     /// Run only the query API and dashboard over ClickHouse; operator commands go to Kafka.
     Api(ServeArgs),
+    /// Run only the prober: `[[probe.servers]]` in, tool lists and probe failures to Kafka.
+    Probe(ServeArgs),
+    /// Print an MCP server's complete tools/list as a JSON tools array (for CI: capture, then `diff`).
+    Capture(capture::CaptureArgs),
     /// Check a configuration (file, then DRIFTLINE__… environment) for a stage without starting it.
     CheckConfig {
         #[arg(long)]
         config: Option<std::path::PathBuf>,
-        #[arg(long, value_parser = ["serve", "ingest", "detect", "api"], default_value = "serve")]
+        #[arg(long, value_parser = ["serve", "ingest", "detect", "api", "probe"], default_value = "serve")]
         stage: String,
     },
     /// Create the ClickHouse database and tables of `[clickhouse]` (idempotent, versioned).
@@ -180,12 +186,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ingest(args) => serve(args, Role::Ingest),
         Command::Detect(args) => serve(args, Role::Detect),
         Command::Api(args) => serve(args, Role::Api),
+        Command::Probe(args) => serve(args, Role::Probe),
+        Command::Capture(args) => capture::run(args),
         Command::CheckConfig { config, stage } => {
             let config = crate::config::Config::load(config.as_deref())?;
             let role = match stage.as_str() {
                 "ingest" => Role::Ingest,
                 "detect" => Role::Detect,
                 "api" => Role::Api,
+                "probe" => Role::Probe,
                 _ => Role::All,
             };
             crate::serve::check_role(&config, role)?;

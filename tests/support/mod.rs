@@ -224,7 +224,18 @@ impl Client {
 
     /// Polls `path` until `done` holds for the body, for at most 10 s.
     pub fn wait_for(&self, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        self.wait_for_within(10, path, what, done)
+    }
+
+    /// `wait_for` with a deadline of `seconds` (for what starts a process, such as a stdio MCP server).
+    pub fn wait_for_within(
+        &self,
+        seconds: u64,
+        path: &str,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
         loop {
             let (status, body) = self.get(path);
             if status == 200 && done(&body) {
@@ -232,7 +243,7 @@ impl Client {
             }
             assert!(
                 Instant::now() < deadline,
-                "waited 10 s for {what} at {path}; last answer {status} {body}"
+                "waited {seconds} s for {what} at {path}; last answer {status} {body}"
             );
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -621,4 +632,59 @@ pub fn wait_until(seconds: u64, what: &str, mut check: impl FnMut() -> Result<()
         assert!(Instant::now() < deadline, "waited {seconds} s for {what}; last: {last}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The Python of the test environment, with the official `mcp` SDK (`make python-env`; `make test` makes it).
+pub fn python() -> PathBuf {
+    let path = std::env::var_os("DRIFTLINE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/python-env/bin/python"));
+    assert!(
+        path.exists(),
+        "{} does not exist: run `make python-env` (make test does) or set DRIFTLINE_TEST_PYTHON",
+        path.display()
+    );
+    path
+}
+
+/// `tests/mcp/catalog_server.py`: an MCP server on the official Python SDK whose tools a state directory
+/// controls (`version`, `fail`, `hang`; it writes `pid`).
+pub fn catalog_server() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/catalog_server.py")
+}
+
+/// The pid the catalog server wrote into its state directory, once it is there.
+pub fn catalog_pid(state: &Path) -> u32 {
+    let mut pid = 0;
+    wait_until(20, "the catalog server's pid file", || {
+        let text = std::fs::read_to_string(state.join("pid")).map_err(|e| e.to_string())?;
+        pid = text.trim().parse().map_err(|_| format!("pid file holds {text:?}"))?;
+        Ok(())
+    });
+    pid
+}
+
+/// Whether a process exists at all (a zombie that nobody reaped still does).
+pub fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Starts the catalog server over HTTP (`sse` or `streamable-http`) on a free port; returns the child and its
+/// endpoint once it accepts connections.
+pub fn catalog_over_http(transport: &str, state: &Path) -> (Child, String) {
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let child = Command::new(python())
+        .arg(catalog_server())
+        .args(["--transport", transport, "--port", &port.to_string(), "--state"])
+        .arg(state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the catalog server");
+    wait_until(20, "the catalog server's port", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).map(drop).map_err(|e| e.to_string())
+    });
+    let path = if transport == "sse" { "sse" } else { "mcp" };
+    (child, format!("http://127.0.0.1:{port}/{path}"))
 }
