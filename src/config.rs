@@ -21,6 +21,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub log: LogConfig,
     pub probe: ProbeConfig,
+    pub notify: NotifyConfig,
     pub kafka: KafkaConfig,
     pub clickhouse: ClickHouseConfig,
 }
@@ -174,6 +175,55 @@ impl Default for ProbeConfig {
             servers: Vec::new(),
         }
     }
+}
+
+/// Webhooks told of every new drift event and every DOWN/UP transition (`serve`, or `driftline notify`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    /// The dashboard's address, for links in messages: `https://driftline.example.com`.
+    pub public_url: Option<String>,
+    /// `[[notify.webhooks]] url = "…", format = "json" | "slack", min_classification = "warning",
+    /// secret = "…" (signs each body), projects = ["…"] (all when empty)`.
+    pub webhooks: Vec<driftline_notify::Webhook>,
+    /// More webhooks, as `[[webhooks]]` tables in a TOML file of their own (a mounted Kubernetes Secret:
+    /// webhook URLs and secrets are credentials).
+    pub webhooks_file: Option<PathBuf>,
+    /// Notifications waiting per webhook; beyond it the oldest is dropped (counted and logged). [1, 100000]
+    pub queue_capacity: usize,
+    /// Attempts per notification (1 s, 2 s, 4 s … up to a minute apart) before it is given up. [1, 100]
+    pub max_attempts: u32,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        let defaults = driftline_notify::NotifySettings::default();
+        NotifyConfig {
+            public_url: None,
+            webhooks: Vec::new(),
+            webhooks_file: None,
+            queue_capacity: defaults.queue_capacity,
+            max_attempts: defaults.max_attempts,
+        }
+    }
+}
+
+impl NotifyConfig {
+    pub fn settings(&self) -> driftline_notify::NotifySettings {
+        driftline_notify::NotifySettings {
+            public_url: present(&self.public_url).map(str::to_owned),
+            queue_capacity: self.queue_capacity,
+            max_attempts: self.max_attempts,
+            ..driftline_notify::NotifySettings::default()
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhooksFile {
+    #[serde(default)]
+    webhooks: Vec<driftline_notify::Webhook>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -350,6 +400,16 @@ impl Config {
                 .map_err(|err| anyhow::anyhow!("auth.keys_file = {}: {err}", path.display()))?;
             config.auth.keys.extend(file.keys);
         }
+        if let Some(path) = config.notify.webhooks_file.clone() {
+            let file: WebhooksFile = config::Config::builder()
+                .add_source(
+                    config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true),
+                )
+                .build()
+                .and_then(|c| c.try_deserialize())
+                .map_err(|err| anyhow::anyhow!("notify.webhooks_file = {}: {err}", path.display()))?;
+            config.notify.webhooks.extend(file.webhooks);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -430,6 +490,21 @@ impl Config {
         let mut names = std::collections::HashSet::new();
         if let Some(target) = self.probe.servers.iter().find(|t| !names.insert(t.name.as_str())) {
             bail!("probe.servers: the name {:?} is used twice", target.name);
+        }
+        for (index, webhook) in self.notify.webhooks.iter().enumerate() {
+            if let Err(reason) = webhook.check() {
+                bail!("notify.webhooks[{index}]: {reason}");
+            }
+        }
+        if let Some(url) = present(&self.notify.public_url) {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("notify.public_url = {url:?} must be an http:// or https:// address");
+            }
+        }
+        if !(1..=100_000).contains(&self.notify.queue_capacity)
+            || !(1..=100).contains(&self.notify.max_attempts)
+        {
+            bail!("notify.queue_capacity must be in [1, 100000] and notify.max_attempts in [1, 100]");
         }
         if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {
             bail!("limits.max_spans_per_batch and limits.max_body_bytes must be at least 1");

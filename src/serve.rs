@@ -31,6 +31,7 @@ pub enum Role {
     Detect,
     Api,
     Probe,
+    Notify,
 }
 
 impl Role {
@@ -41,6 +42,7 @@ impl Role {
             Role::Detect => "detect",
             Role::Api => "api",
             Role::Probe => "probe",
+            Role::Notify => "notify",
         }
     }
 
@@ -48,9 +50,13 @@ impl Role {
         matches!(self, Role::All | Role::Probe)
     }
 
-    /// Detectors and probers serve only health and metrics.
+    /// Detectors, probers and notifiers serve only health and metrics.
     fn serves_data(self) -> bool {
-        !matches!(self, Role::Detect | Role::Probe)
+        !matches!(self, Role::Detect | Role::Probe | Role::Notify)
+    }
+
+    fn notifies(self) -> bool {
+        matches!(self, Role::All | Role::Notify)
     }
 
     fn ingests(self) -> bool {
@@ -72,15 +78,21 @@ pub fn check_role(config: &Config, role: Role) -> anyhow::Result<()> {
     if role == Role::All {
         return Ok(());
     }
+    if role == Role::Notify {
+        // The notifier reads only the store.
+        if config.storage.store != StoreKind::Clickhouse {
+            anyhow::bail!(
+                "driftline notify needs storage.store = \"clickhouse\" (DRIFTLINE__STORAGE__STORE=clickhouse)"
+            );
+        }
+        return Ok(());
+    }
     if config.storage.bus != BusKind::Kafka {
         anyhow::bail!(
             "driftline {} runs one stage and needs storage.bus = \"kafka\" (DRIFTLINE__STORAGE__BUS=kafka); \
              `driftline serve` runs every stage in one process on the embedded bus",
             role.name()
         );
-    }
-    if role == Role::Probe && config.probe.servers.is_empty() {
-        anyhow::bail!("driftline probe has nothing to do: add [[probe.servers]] to the configuration");
     }
     if matches!(role, Role::Detect | Role::Api) && config.storage.store != StoreKind::Clickhouse {
         anyhow::bail!(
@@ -135,6 +147,21 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let store =
         if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut notifiers = Vec::new();
+    if let (true, Some(store)) = (role.notifies(), &store) {
+        if role == Role::Notify && config.notify.webhooks.is_empty() {
+            tracing::warn!("no [[notify.webhooks]] configured: the notify stage has nothing to send");
+        }
+        notifiers = driftline_notify::spawn(
+            config.notify.webhooks.clone(),
+            config.notify.settings(),
+            store.clone(),
+            stop.subscribe(),
+        );
+    }
+    if role == Role::Notify {
+        return serve_operations(&config, role, operations(store, None), stop, notifiers).await;
+    }
     let mut worker_task = None;
     let (producer, kafka): (Arc<dyn driftline_bus::Producer>, Option<KafkaBus>) = match config.storage.bus {
         BusKind::Embedded => {
@@ -165,6 +192,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let mut probes = Vec::new();
     let mut app = axum::Router::new();
     let mut documents = Vec::new();
+    if role == Role::Probe && config.probe.servers.is_empty() {
+        tracing::warn!("no [[probe.servers]] configured: the probe stage has nothing to probe");
+    }
     if role.probes() {
         let probe_settings = driftline_probe::ProbeSettings {
             project: config.probe.project.clone(),
@@ -225,9 +255,32 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let _ = stop.send(true);
     // Probes close their sessions; a stdio server gets a few seconds to exit before it is killed.
     let _ = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(probes)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), futures_util::future::join_all(notifiers)).await;
     if let Some(task) = worker_task {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
+    tracing::info!(role = role.name(), "driftline stopped");
+    Ok(())
+}
+
+/// A stage that serves only `operations`: `driftline notify`.
+async fn serve_operations(
+    config: &Config,
+    role: Role,
+    app: axum::Router,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.bind_address()?)
+        .await
+        .with_context(|| format!("cannot listen on server.bind = {}", config.server.bind))?;
+    let address = listener.local_addr()?;
+    println!("driftline listening on http://{address}");
+    tracing::info!(%address, role = role.name(), store = ?config.storage.store, "driftline serving");
+    let app = app.layer(axum::middleware::from_fn(driftline_api::metrics::track));
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), futures_util::future::join_all(tasks)).await;
     tracing::info!(role = role.name(), "driftline stopped");
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Active probing against real MCP servers: one built with rmcp inside the test (pagination, a tool list
 //! that changes between probes, a server that stops answering in time and recovers), and one on the
 //! official Python SDK (`tests/mcp/catalog_server.py`) over stdio, SSE and Streamable HTTP; and
-//! `driftline capture` against them.
+//! `driftline capture` against them; and webhooks told of the drift and of DOWN/UP.
 
 mod support;
 
@@ -18,7 +18,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 use support::{
     catalog_over_http, catalog_pid, catalog_server, process_exists, python, run_cli, temp_dir, wait_until,
-    Server,
+    webhook_signature, Server, WebhookReceiver,
 };
 
 const PAGE: usize = 2;
@@ -329,4 +329,99 @@ fn capture_prints_every_tool_of_a_server_over_each_transport() {
         let (code, _, stderr) = run_cli(usage);
         assert_eq!(code, 2, "{usage:?}: {stderr}");
     }
+}
+
+#[test]
+fn drift_and_down_up_reach_webhooks_once_signed_after_a_failed_attempt() {
+    let catalog = Catalog {
+        tools: Arc::new(Mutex::new((0..3).map(|i| tool(&format!("tool_{i}"), &["q"])).collect())),
+        slow: Arc::new(AtomicBool::new(false)),
+    };
+    let endpoint = serve_mcp(catalog.clone());
+    // The JSON receiver fails its first request: the notification is retried.
+    let json = WebhookReceiver::start(1);
+    let slack = WebhookReceiver::start(0);
+    let dir = temp_dir("notify");
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[probe]\ninterval_seconds = 1\ntimeout_seconds = 2\n\n\
+             [[probe.servers]]\nname = \"live-mcp\"\nurl = \"{endpoint}\"\n\n\
+             [notify]\npublic_url = \"https://driftline.example\"\n\n\
+             [[notify.webhooks]]\nurl = \"{}\"\nsecret = \"s3cret\"\n\n\
+             [[notify.webhooks]]\nurl = \"{}\"\nformat = \"slack\"\nmin_classification = \"breaking\"\nprojects = [\"default\"]\n",
+            json.url, slack.url
+        ),
+    )
+    .expect("config");
+    let mut server = Server::start(&dir, Some(&config), &[]);
+    let client = server.client(None);
+    client.wait_for("/api/health/servers/live-mcp", "the baseline", |s| s["status"] == "UP");
+
+    // A breaking change: both receivers hear of it, the JSON one after its 500.
+    if let Ok(mut tools) = catalog.tools.lock() {
+        tools[1] = tool("tool_1", &["q", "region"]);
+    }
+    let drift =
+        json.wait_for(20, "the drift notification", |r| r.header("x-driftline-event") == Some("drift"));
+    assert_eq!(
+        drift.header("x-driftline-signature"),
+        Some(webhook_signature("s3cret", &drift.body).as_str())
+    );
+    let body = drift.json();
+    assert_eq!(
+        (body["server_name"].as_str(), body["classification"].as_str()),
+        (Some("live-mcp"), Some("BREAKING")),
+        "{body}"
+    );
+    assert_eq!(body["counts"]["breaking"], 1, "{body}");
+    assert_eq!(body["top_changes"][0]["change_type"], "param_became_required", "{body}");
+    assert_eq!(body["dashboard_url"], "https://driftline.example/#/servers/live-mcp/drift", "{body}");
+    let history = client.get("/api/health/servers/live-mcp/drift-history").1;
+    assert_eq!(body["event_id"], history[0]["id"], "the notification names the event");
+    let first = &json.received()[0];
+    assert_eq!(
+        (first.status, first.header("x-driftline-delivery")),
+        (500, drift.header("x-driftline-delivery")),
+        "retried after the 500"
+    );
+    let message =
+        slack.wait_for(20, "the Slack message", |r| r.header("x-driftline-event") == Some("drift")).json();
+    assert_eq!(message["text"], "BREAKING tool-list drift on live-mcp", "{message}");
+    assert!(message["blocks"].as_array().is_some_and(|b| b.len() >= 3), "{message}");
+    assert_eq!(slack.received()[0].header("x-driftline-signature"), None, "no secret, no signature");
+
+    // DOWN, then UP again: one notification each.
+    catalog.slow.store(true, Ordering::SeqCst);
+    let down = json.wait_for(20, "DOWN", |r| r.header("x-driftline-event") == Some("down")).json();
+    assert!(down["note"].as_str().is_some_and(|n| n.contains("timed out")), "{down}");
+    catalog.slow.store(false, Ordering::SeqCst);
+    let up = json.wait_for(20, "UP", |r| r.header("x-driftline-event") == Some("up")).json();
+    assert_eq!(up["note"], "3 tools", "{up}");
+
+    // kill -9 and restart: nothing is sent again; the next transition still is.
+    server.crash_and_restart();
+    let client = server.client(None);
+    catalog.slow.store(true, Ordering::SeqCst);
+    client.wait_for("/api/health/servers/live-mcp", "DOWN after the restart", |s| s["status"] == "DOWN");
+    json.wait_for(20, "the second DOWN", |r| {
+        r.header("x-driftline-event") == Some("down")
+            && r.header("x-driftline-delivery") != down["id"].as_str()
+    });
+    catalog.slow.store(false, Ordering::SeqCst);
+    let delivered: Vec<String> = json
+        .received()
+        .iter()
+        .filter(|r| r.status == 200)
+        .filter_map(|r| r.header("x-driftline-delivery").map(str::to_owned))
+        .collect();
+    let mut unique = delivered.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(delivered.len(), unique.len(), "each notification delivered once: {delivered:?}");
+    assert_eq!(delivered.len(), 4, "drift, DOWN, UP, DOWN: {delivered:?}");
+    let metrics = client.get("/metrics").1;
+    let metrics = metrics.as_str().unwrap_or_default();
+    assert!(metrics.contains("driftline_notifications_total{result=\"sent\""), "{metrics}");
 }

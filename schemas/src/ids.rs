@@ -16,6 +16,8 @@ pub enum OutputKind {
     ShapeDriftSignal,
     BaselineAcceptance,
     ToolCall,
+    /// A server's DOWN or UP transition, for the notifier.
+    Transition,
 }
 
 impl OutputKind {
@@ -25,6 +27,7 @@ impl OutputKind {
             OutputKind::ShapeDriftSignal => "shape",
             OutputKind::BaselineAcceptance => "accept",
             OutputKind::ToolCall => "call",
+            OutputKind::Transition => "transition",
         }
     }
 }

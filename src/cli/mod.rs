@@ -47,13 +47,15 @@ enum Command {
     Api(ServeArgs),
     /// Run only the prober: `[[probe.servers]]` in, tool lists and probe failures to Kafka.
     Probe(ServeArgs),
+    /// Run only the notifier: new drift events and DOWN/UP transitions from ClickHouse to `[[notify.webhooks]]`.
+    Notify(ServeArgs),
     /// Print an MCP server's complete tools/list as a JSON tools array (for CI: capture, then `diff`).
     Capture(capture::CaptureArgs),
     /// Check a configuration (file, then DRIFTLINE__… environment) for a stage without starting it.
     CheckConfig {
         #[arg(long)]
         config: Option<std::path::PathBuf>,
-        #[arg(long, value_parser = ["serve", "ingest", "detect", "api", "probe"], default_value = "serve")]
+        #[arg(long, value_parser = ["serve", "ingest", "detect", "api", "probe", "notify"], default_value = "serve")]
         stage: String,
     },
     /// Create the ClickHouse database and tables of `[clickhouse]` (idempotent, versioned).
@@ -187,6 +189,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Detect(args) => serve(args, Role::Detect),
         Command::Api(args) => serve(args, Role::Api),
         Command::Probe(args) => serve(args, Role::Probe),
+        Command::Notify(args) => serve(args, Role::Notify),
         Command::Capture(args) => capture::run(args),
         Command::CheckConfig { config, stage } => {
             let config = crate::config::Config::load(config.as_deref())?;
@@ -195,6 +198,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "detect" => Role::Detect,
                 "api" => Role::Api,
                 "probe" => Role::Probe,
+                "notify" => Role::Notify,
                 _ => Role::All,
             };
             crate::serve::check_role(&config, role)?;

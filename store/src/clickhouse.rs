@@ -13,7 +13,7 @@ use driftline_schemas::api::{
     DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
-    DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus, Timestamp,
+    DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,6 +25,7 @@ use crate::{Batch, DetectorState, ImpactQuery, Resume, Store, StoreError, Stream
 const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/clickhouse/0001_init.sql"),
     include_str!("../../schemas/clickhouse/0002_call_identities.sql"),
+    include_str!("../../schemas/clickhouse/0003_notifications.sql"),
 ];
 const CONSUMER: &str = "detectors";
 const POSITION: &str = "position";
@@ -111,6 +112,25 @@ fn statements(sql: &str) -> Vec<String> {
         .collect::<Vec<_>>()
         .join("\n");
     without_comments.split(";\n").map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+#[derive(Row, Serialize)]
+struct NotificationRow {
+    id: String,
+    project: String,
+    server_name: String,
+    kind: String,
+    /// DateTime64(3): milliseconds.
+    at: i64,
+    body: String,
+}
+
+#[derive(Row, Serialize)]
+struct NotifiedRow {
+    webhook: String,
+    id: String,
+    outcome: String,
+    sent_at: i64,
 }
 
 #[derive(Row, Serialize)]
@@ -522,6 +542,21 @@ impl Store for ClickHouseStore {
             })
             .collect();
         self.insert("call_identities", &identities).await?;
+        let notifications = batch
+            .notifications
+            .iter()
+            .map(|n| {
+                Ok(NotificationRow {
+                    id: n.id.clone(),
+                    project: n.project.clone(),
+                    server_name: n.server_name.clone(),
+                    kind: n.kind.as_str().to_owned(),
+                    at: ms(n.at),
+                    body: text(n)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.insert("notifications", &notifications).await?;
         // The calls come after every other output: a reader that sees a batch's calls sees all of it.
         self.insert("tool_calls", &calls).await?;
 
@@ -854,6 +889,44 @@ impl Store for ClickHouseStore {
             }
         }
         Ok(stored)
+    }
+
+    async fn pending_notifications(
+        &self,
+        webhook: &str,
+        since: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let bodies: Vec<String> = self
+            .client
+            .query(
+                "SELECT body FROM notifications FINAL
+                 WHERE at >= fromUnixTimestamp64Milli(toInt64(?))
+                   AND id NOT IN (SELECT id FROM notifications_sent WHERE webhook = ?)
+                 ORDER BY at, id LIMIT ?",
+            )
+            .bind(ms(since))
+            .bind(webhook)
+            .bind(limit as u64)
+            .fetch_all()
+            .await?;
+        bodies.iter().map(|body| serde_json::from_str(body).map_err(StoreError::from)).collect()
+    }
+
+    async fn record_notified(
+        &self,
+        webhook: &str,
+        id: &str,
+        outcome: &str,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        let row = NotifiedRow {
+            webhook: webhook.to_owned(),
+            id: id.to_owned(),
+            outcome: outcome.to_owned(),
+            sent_at: ms(at),
+        };
+        self.insert("notifications_sent", &[row]).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

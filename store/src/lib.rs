@@ -17,8 +17,8 @@ use driftline_schemas::api::{
     ToolShape, ToolSummary,
 };
 use driftline_schemas::{
-    DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus, ShapeDriftSignal,
-    Timestamp, ToolCallRecord,
+    DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
+    ShapeDriftSignal, Timestamp, ToolCallRecord,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -96,6 +96,8 @@ pub struct Batch {
     pub settings: Vec<(String, DetectorThresholds)>,
     /// (command id, result).
     pub applied_commands: Vec<(String, Timestamp, Value)>,
+    /// New drift events and DOWN/UP transitions, for the notifier.
+    pub notifications: Vec<Notification>,
 }
 
 impl Batch {
@@ -197,6 +199,21 @@ pub trait Store: Send + Sync {
         since: Timestamp,
     ) -> Result<HashMap<String, InputPosition>, StoreError>;
     /// Whether the store answers at all (readiness).
+    /// Notifications at or after `since` that `webhook` has no record of, oldest first.
+    async fn pending_notifications(
+        &self,
+        webhook: &str,
+        since: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Notification>, StoreError>;
+    /// What became of a notification for `webhook`: `sent`, `failed` (gave up) or `dropped` (queue full).
+    async fn record_notified(
+        &self,
+        webhook: &str,
+        id: &str,
+        outcome: &str,
+        at: Timestamp,
+    ) -> Result<(), StoreError>;
     async fn ping(&self) -> Result<(), StoreError>;
 }
 

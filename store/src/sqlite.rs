@@ -11,7 +11,7 @@ use driftline_schemas::api::{
     DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
-    DetectorThresholds, EventStatus, InputPosition, SchemaDriftEvent, ServerStatus, Timestamp,
+    DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus, Timestamp,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
@@ -26,6 +26,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0003_positions_per_partition.sql"),
     include_str!("../../schemas/sqlite/0004_state_stream.sql"),
     include_str!("../../schemas/sqlite/0005_call_identities.sql"),
+    include_str!("../../schemas/sqlite/0006_notifications.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -190,6 +191,20 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
             "INSERT OR IGNORE INTO server_snapshots (project, server_name, schema_hash, captured_at, tools)
              VALUES (?1, ?2, ?3, ?4, ?5)",
             params![project, server, hash, ms(*captured_at), text(tools)?],
+        )?;
+    }
+    for notification in &batch.notifications {
+        transaction.execute(
+            "INSERT OR IGNORE INTO notifications (id, project, server_name, kind, at, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                notification.id,
+                notification.project,
+                notification.server_name,
+                notification.kind.as_str(),
+                ms(notification.at),
+                text(notification)?
+            ],
         )?;
     }
     for (identity, position, ingested_at) in &batch.call_identities {
@@ -646,6 +661,45 @@ impl Store for SqliteStore {
                 }
             }
             Ok(stored)
+        })
+        .await
+    }
+
+    async fn pending_notifications(
+        &self,
+        webhook: &str,
+        since: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let webhook = webhook.to_owned();
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT body FROM notifications n WHERE at >= ?1
+                 AND NOT EXISTS (SELECT 1 FROM notifications_sent s WHERE s.webhook = ?2 AND s.id = n.id)
+                 ORDER BY at, id LIMIT ?3",
+            )?;
+            let bodies: Vec<String> = select
+                .query_map(params![ms(since), webhook, limit as i64], |row| row.get(0))?
+                .collect::<Result<_, _>>()?;
+            bodies.iter().map(|body| serde_json::from_str(body).map_err(StoreError::from)).collect()
+        })
+        .await
+    }
+
+    async fn record_notified(
+        &self,
+        webhook: &str,
+        id: &str,
+        outcome: &str,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        let (webhook, id, outcome) = (webhook.to_owned(), id.to_owned(), outcome.to_owned());
+        Self::with(&self.writer, move |connection| {
+            connection.execute(
+                "INSERT OR REPLACE INTO notifications_sent (webhook, id, outcome, sent_at) VALUES (?1, ?2, ?3, ?4)",
+                params![webhook, id, outcome, ms(at)],
+            )?;
+            Ok(())
         })
         .await
     }

@@ -688,3 +688,98 @@ pub fn catalog_over_http(transport: &str, state: &Path) -> (Child, String) {
     let path = if transport == "sse" { "sse" } else { "mcp" };
     (child, format!("http://127.0.0.1:{port}/{path}"))
 }
+
+/// One request a [`WebhookReceiver`] got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The status it was answered with.
+    pub status: u16,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// A local HTTP receiver for webhooks: records every request; answers 500 to the first `failures`, then 200.
+pub struct WebhookReceiver {
+    pub url: String,
+    received: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+}
+
+impl WebhookReceiver {
+    pub fn start(failures: usize) -> WebhookReceiver {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the receiver");
+        let url = format!("http://{}/hook", listener.local_addr().expect("address"));
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = received.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                    let mut reader = BufReader::new(&stream);
+                    let mut line = String::new();
+                    let _ = reader.read_line(&mut line);
+                    let mut headers = Vec::new();
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = header.trim_end().split_once(':') {
+                            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+                        }
+                    }
+                    let length = headers
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                        .and_then(|(_, v)| v.parse::<usize>().ok())
+                        .unwrap_or(0);
+                    let mut body = vec![0; length];
+                    let _ = std::io::Read::read_exact(&mut reader, &mut body);
+                    let status = {
+                        let mut log = log.lock().expect("receiver log");
+                        let status = if log.len() < failures { 500 } else { 200 };
+                        log.push(Received { headers, body, status });
+                        status
+                    };
+                    let reply =
+                        format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    let _ = std::io::Write::write_all(&mut &stream, reply.as_bytes());
+                });
+            }
+        });
+        WebhookReceiver { url, received }
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Waits up to `seconds` for a delivered (200) request that `matches`; returns it.
+    pub fn wait_for(&self, seconds: u64, what: &str, matches: impl Fn(&Received) -> bool) -> Received {
+        let mut found = None;
+        wait_until(seconds, what, || {
+            let received = self.received();
+            found = received.iter().find(|r| r.status == 200 && matches(r)).cloned();
+            found.as_ref().map(|_| ()).ok_or_else(|| format!("{} requests so far", received.len()))
+        });
+        found.expect("found above")
+    }
+}
+
+/// HMAC-SHA256 of `body` under `secret`, as `X-Driftline-Signature` carries it.
+pub fn webhook_signature(secret: &str, body: &[u8]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}

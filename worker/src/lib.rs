@@ -18,8 +18,9 @@ use driftline_detectors::tool_drift::{
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
-    check_server_name, derive_id, DeadLetter, DetectorThresholds, OperatorCommand, OutputKind, ProbeFailure,
-    ServerStatus, Timestamp, ToolCallRecord, ToolCallSpan, ToolListSnapshot,
+    check_server_name, derive_id, DeadLetter, DetectorThresholds, Notification, NotificationKind,
+    OperatorCommand, OutputKind, ProbeFailure, ServerStatus, Timestamp, ToolCallRecord, ToolCallSpan,
+    ToolListSnapshot,
 };
 use driftline_store::{
     Batch, DetectorState, EventUpdate, Resume, ServerRow, Store, StoreError, Streams, ToolShapeRow,
@@ -420,6 +421,7 @@ impl<C: Consumer> Worker<C> {
         let key = snapshot.key();
         let policy = self.thresholds_of(&snapshot.project).baseline;
         let state = self.servers.entry(key.clone()).or_default();
+        let was_down = state.down.is_some();
         let context = RecordContext {
             project: &snapshot.project,
             server: &snapshot.server,
@@ -437,6 +439,16 @@ impl<C: Consumer> Worker<C> {
             snapshot.tools.clone(),
         ));
         let tool_count = normalize_tools(&snapshot.tools).len() as u32;
+        if was_down {
+            batch.notifications.push(Notification::transition(
+                derive_id(OutputKind::Transition, &key, record.position),
+                &snapshot.project,
+                &snapshot.server,
+                NotificationKind::Up,
+                record.appended_at,
+                format!("{tool_count} tools"),
+            ));
+        }
         batch.servers.push(server_row(
             &snapshot.project,
             &snapshot.server,
@@ -458,6 +470,16 @@ impl<C: Consumer> Worker<C> {
     ) {
         let key = format!("{}/{}", failure.project, failure.server);
         let state = self.servers.entry(key.clone()).or_default();
+        if state.down.is_none() {
+            batch.notifications.push(Notification::transition(
+                derive_id(OutputKind::Transition, &key, record.position),
+                &failure.project,
+                &failure.server,
+                NotificationKind::Down,
+                record.appended_at,
+                failure.error.clone(),
+            ));
+        }
         state.probe_failed(&failure.error);
         let (hash, count) = list_summary(state.observed.as_ref().or(state.baseline.as_ref()));
         batch.servers.push(server_row(
@@ -679,6 +701,7 @@ fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
                 if event.max_severity == Some(driftline_schemas::Severity::High) {
                     metrics::HIGH_SEVERITY_EVENTS.inc();
                 }
+                batch.notifications.push(Notification::drift(&event));
                 batch.events.push(event);
             }
             ToolListOutput::EventClosed { event_id, status, by, at } => {

@@ -1,0 +1,255 @@
+//! The request bodies: the notification as JSON, or a Slack incoming-webhook message (blocks). Pure.
+
+use driftline_schemas::{Notification, NotificationKind};
+use serde_json::{json, Value};
+
+/// Slack section text may hold 3,000 characters; server text is cut well before.
+const MAX_TEXT: usize = 2800;
+const MAX_NOTE: usize = 500;
+
+/// Where the dashboard shows the server, when `public_url` is set.
+pub fn dashboard_url(public_url: Option<&str>, notification: &Notification) -> Option<String> {
+    let base = public_url?.trim_end_matches('/');
+    let tab = if notification.kind == NotificationKind::Drift { "drift" } else { "overview" };
+    Some(format!("{base}/#/servers/{}/{tab}", percent_encode(&notification.server_name)))
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub fn json_body(notification: &Notification, public_url: Option<&str>) -> Value {
+    let mut body = serde_json::to_value(notification).unwrap_or_else(|_| json!({}));
+    if let Value::Object(map) = &mut body {
+        map.insert("dashboard_url".into(), json!(dashboard_url(public_url, notification)));
+    }
+    body
+}
+
+/// Text from a server (names, descriptions, errors) is shown as text: Slack's control characters escaped,
+/// and cut to `max` characters.
+fn escape(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (count, c) in text.chars().enumerate() {
+        if count == max {
+            out.push('…');
+            break;
+        }
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '`' => out.push('\''),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn headline(notification: &Notification) -> String {
+    let server = escape(&notification.server_name, 100);
+    match notification.kind {
+        NotificationKind::Drift => {
+            let worst = notification.classification.map_or("NO-CHANGE", |c| c.as_str());
+            format!("{worst} tool-list drift on {server}")
+        }
+        NotificationKind::Down => format!("{server} is DOWN"),
+        NotificationKind::Up => format!("{server} is UP again"),
+    }
+}
+
+pub fn slack_body(notification: &Notification, public_url: Option<&str>) -> Value {
+    let mut blocks =
+        vec![json!({"type": "header", "text": {"type": "plain_text", "text": headline(notification)}})];
+    let mut fields = vec![
+        json!({"type": "mrkdwn", "text": format!("*Server*\n{}", escape(&notification.server_name, 100))}),
+        json!({"type": "mrkdwn", "text": format!("*Project*\n{}", escape(&notification.project, 100))}),
+    ];
+    if notification.kind == NotificationKind::Drift {
+        let c = notification.counts;
+        fields.push(json!({"type": "mrkdwn", "text": format!("*Worst*\n{}",
+            notification.classification.map_or("none", |c| c.as_str()))}));
+        fields.push(json!({"type": "mrkdwn", "text": format!(
+            "*Changes*\n{} breaking · {} warning · {} compatible", c.breaking, c.warning, c.compatible)}));
+    }
+    blocks.push(json!({"type": "section", "fields": fields}));
+    if !notification.top_changes.is_empty() {
+        let total =
+            notification.counts.breaking + notification.counts.warning + notification.counts.compatible;
+        let mut lines: Vec<String> = notification
+            .top_changes
+            .iter()
+            .map(|change| {
+                let kind = serde_json::to_value(change.change_type)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let place = if change.path.is_empty() {
+                    String::new()
+                } else {
+                    format!(" `{}`", escape(&change.path, 120))
+                };
+                format!(
+                    "• *{}* `{}` {kind}{place}",
+                    change.classification.as_str(),
+                    escape(&change.tool_name, 120)
+                )
+            })
+            .collect();
+        if total as usize > lines.len() {
+            lines.push(format!("… and {} more", total as usize - lines.len()));
+        }
+        blocks.push(
+            json!({"type": "section", "text": {"type": "mrkdwn", "text": escape_len(lines.join("\n"))}}),
+        );
+    }
+    if !notification.security_flags.is_empty() {
+        let severity = notification
+            .max_severity
+            .and_then(|s| serde_json::to_value(s).ok())
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let mut lines = vec![format!(
+            ":warning: *{} security flag(s)*, worst {severity}",
+            notification.security_flags.len()
+        )];
+        lines.extend(notification.security_flags.iter().take(5).map(|(tool, flag)| {
+            format!("• `{}` {}: {}", escape(tool, 120), escape(&flag.rule, 80), escape(&flag.excerpt, 200))
+        }));
+        blocks.push(
+            json!({"type": "section", "text": {"type": "mrkdwn", "text": escape_len(lines.join("\n"))}}),
+        );
+    }
+    if let Some(note) = &notification.note {
+        blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": escape(note, MAX_NOTE)}}));
+    }
+    if let Some(url) = dashboard_url(public_url, notification) {
+        blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("<{url}|Open in driftline>")}}));
+    }
+    json!({"text": headline(notification), "blocks": blocks})
+}
+
+/// Built from escaped parts: only the length needs bounding.
+fn escape_len(text: String) -> String {
+    if text.chars().count() <= MAX_TEXT {
+        return text;
+    }
+    let mut cut: String = text.chars().take(MAX_TEXT).collect();
+    cut.push('…');
+    cut
+}
+
+/// `X-Driftline-Signature`: `sha256=` and the lowercase hex HMAC-SHA256 of the body under the secret.
+pub fn signature(secret: &str, body: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = match Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()) {
+        Ok(mac) => mac,
+        // HMAC takes keys of any length.
+        Err(_) => return String::new(),
+    };
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use driftline_schemas::{
+        ChangeType, Classification, SchemaChange, SchemaDriftEvent, SecurityFlag, Severity, Timestamp,
+    };
+
+    fn event() -> SchemaDriftEvent {
+        let change = |change_type, classification, tool: &str, path: &str| SchemaChange {
+            change_type,
+            classification,
+            tool_name: tool.into(),
+            param_name: None,
+            path: path.into(),
+            direction: None,
+            before: Value::Null,
+            after: Value::Null,
+            security_flags: Vec::new(),
+            param_type: None,
+            old_description: None,
+            new_description: None,
+        };
+        let mut poisoned = change(ChangeType::DescriptionChanged, Classification::Warning, "get<page>", "");
+        poisoned.security_flags.push(SecurityFlag {
+            rule: "instruction_override".into(),
+            severity: Severity::High,
+            excerpt: "ignore <all> previous".into(),
+        });
+        let changes = vec![
+            change(ChangeType::ToolAdded, Classification::Compatible, "fetch", ""),
+            poisoned,
+            change(ChangeType::ParamBecameRequired, Classification::Breaking, "search", "region"),
+        ];
+        SchemaDriftEvent {
+            id: "drift-1".into(),
+            project: "default".into(),
+            server_name: "search mcp".into(),
+            detected_at: Timestamp::from_millis(1_700_000_000_000).expect("a valid time"),
+            previous_hash: "a".into(),
+            current_hash: "b".into(),
+            status: driftline_schemas::EventStatus::Open,
+            changes,
+            max_classification: Some(Classification::Breaking),
+            max_severity: Some(Severity::High),
+            accepted_by: None,
+            accepted_at: None,
+            previous_tools: Vec::new(),
+            current_tools: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_drift_notification_carries_counts_the_worst_changes_first_and_the_flags() {
+        let notification = Notification::drift(&event());
+        assert_eq!(
+            (notification.counts.breaking, notification.counts.warning, notification.counts.compatible),
+            (1, 1, 1)
+        );
+        let order: Vec<Classification> = notification.top_changes.iter().map(|c| c.classification).collect();
+        assert_eq!(order, [Classification::Breaking, Classification::Warning, Classification::Compatible]);
+        assert_eq!(notification.security_flags.len(), 1);
+    }
+
+    #[test]
+    fn slack_blocks_name_the_server_escape_server_text_and_link_the_dashboard() {
+        let body = slack_body(&Notification::drift(&event()), Some("https://driftline.example/"));
+        let text = body.to_string();
+        assert_eq!(body["text"], "BREAKING tool-list drift on search mcp");
+        assert!(text.contains("1 breaking · 1 warning · 1 compatible"), "{text}");
+        assert!(text.contains("get&lt;page&gt;") && !text.contains("get<page>"), "{text}");
+        assert!(text.contains("ignore &lt;all&gt; previous"), "{text}");
+        assert!(
+            text.contains("<https://driftline.example/#/servers/search%20mcp/drift|Open in driftline>"),
+            "{text}"
+        );
+        let without_link = slack_body(&Notification::drift(&event()), None).to_string();
+        assert!(!without_link.contains("Open in driftline"), "{without_link}");
+    }
+
+    #[test]
+    fn json_bodies_are_the_notification_with_a_link() {
+        let body = json_body(&Notification::drift(&event()), Some("http://h"));
+        assert_eq!(body["kind"], "drift");
+        assert_eq!(body["classification"], "BREAKING");
+        assert_eq!(body["dashboard_url"], "http://h/#/servers/search%20mcp/drift");
+    }
+
+    #[test]
+    fn signatures_are_the_hmac_sha256_of_the_body() {
+        // RFC 4231 test case 2.
+        assert_eq!(
+            signature("Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! What the notifier tells people (webhooks), as the detector worker records it: one row per new drift
+//! event and per DOWN/UP transition of a server, written with the detector's outputs so a replay writes the
+//! same rows (ids are derived from the input record).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Classification, SchemaChange, SchemaDriftEvent, SecurityFlag, Severity, Timestamp};
+
+/// How many changes a notification carries, worst first; the dashboard has the rest.
+pub const TOP_CHANGES: usize = 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotificationKind {
+    /// A new drift event of a server's tool list.
+    Drift,
+    /// The server stopped answering probes.
+    Down,
+    /// A server that was DOWN answers again.
+    Up,
+}
+
+impl NotificationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationKind::Drift => "drift",
+            NotificationKind::Down => "down",
+            NotificationKind::Up => "up",
+        }
+    }
+}
+
+/// Changes of an event by classification.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeCounts {
+    pub breaking: u32,
+    pub warning: u32,
+    pub compatible: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Notification {
+    pub id: String,
+    pub project: String,
+    pub server_name: String,
+    pub kind: NotificationKind,
+    /// When the detector saw it (the triggering record's ingest time).
+    pub at: Timestamp,
+    /// Drift: the event's worst classification.
+    #[serde(default)]
+    pub classification: Option<Classification>,
+    /// Drift: the event, for links and lookups.
+    #[serde(default)]
+    pub event_id: Option<String>,
+    /// Drift: `open`, or `accepted` when the baseline policy accepted it at once.
+    #[serde(default)]
+    pub event_status: Option<crate::EventStatus>,
+    #[serde(default)]
+    pub counts: ChangeCounts,
+    /// Drift: at most [`TOP_CHANGES`] changes, worst first.
+    #[serde(default)]
+    pub top_changes: Vec<SchemaChange>,
+    /// Drift: every security flag, with its tool.
+    #[serde(default)]
+    pub security_flags: Vec<(String, SecurityFlag)>,
+    #[serde(default)]
+    pub max_severity: Option<Severity>,
+    /// Down: the probe's error. Up: how many tools the server declares.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl Notification {
+    pub fn drift(event: &SchemaDriftEvent) -> Notification {
+        let mut counts = ChangeCounts::default();
+        for change in &event.changes {
+            match change.classification {
+                Classification::Breaking => counts.breaking += 1,
+                Classification::Warning => counts.warning += 1,
+                Classification::Compatible => counts.compatible += 1,
+            }
+        }
+        let mut worst: Vec<&SchemaChange> = event.changes.iter().collect();
+        // Stable: within a classification, the detector's order (by tool and path) stays.
+        worst.sort_by_key(|change| std::cmp::Reverse(change.classification));
+        Notification {
+            id: event.id.clone(),
+            project: event.project.clone(),
+            server_name: event.server_name.clone(),
+            kind: NotificationKind::Drift,
+            at: event.detected_at,
+            classification: event.max_classification,
+            event_id: Some(event.id.clone()),
+            event_status: Some(event.status),
+            counts,
+            top_changes: worst.into_iter().take(TOP_CHANGES).cloned().collect(),
+            security_flags: event
+                .changes
+                .iter()
+                .flat_map(|c| c.security_flags.iter().map(|f| (c.tool_name.clone(), f.clone())))
+                .collect(),
+            max_severity: event.max_severity,
+            note: None,
+        }
+    }
+
+    /// A DOWN or UP transition; `id` comes from the input record (`derive_id`).
+    pub fn transition(
+        id: String,
+        project: &str,
+        server: &str,
+        kind: NotificationKind,
+        at: Timestamp,
+        note: String,
+    ) -> Notification {
+        Notification {
+            id,
+            project: project.to_owned(),
+            server_name: server.to_owned(),
+            kind,
+            at,
+            classification: None,
+            event_id: None,
+            event_status: None,
+            counts: ChangeCounts::default(),
+            top_changes: Vec::new(),
+            security_flags: Vec::new(),
+            max_severity: None,
+            note: Some(note),
+        }
+    }
+}
