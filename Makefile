@@ -3,13 +3,13 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
 	$(BIN) serve
 
-## run-distributed: ingest, detect and api as separate processes over Kafka and ClickHouse (after `make infra-up`).
+## run-distributed: ingest, detect, api, probe and notify as separate processes over Kafka and ClickHouse (after `make infra-up`).
 run-distributed: build
 	BIN=$(BIN) scripts/run-distributed.sh
 
@@ -22,7 +22,7 @@ build:
 	$(CARGO) build --release --locked --bin driftline
 
 ## test: formatting, lints, and every test (unit, property, conformance, CLI, end to end, browser).
-test: toolchain python-env
+test: toolchain python-env mcp-servers
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@mkdir -p target
@@ -48,6 +48,10 @@ python-test: python-env
 	$(CARGO) build --locked --bin driftline
 	set -o pipefail; DRIFTLINE_BIN=$(TARGET_DIR)/debug/driftline $(PYENV)/bin/python -m pytest -q -p no:cacheprovider examples/python 2>&1 \
 	    | tee target/python-test.log
+
+# Reference MCP servers from npm (pinned in tests/mcp/npm/package-lock.json) that the end-to-end tests probe.
+mcp-servers:
+	cd tests/mcp/npm && npm ci --no-audit --no-fund --loglevel=error
 
 # The Helm chart, alert rules, Grafana dashboard and Dockerfile (tests/helm): helm from the Go module proxy
 # (cached), promtool and a Prometheus server from Debian; the scrape test needs `make infra-up` running.

@@ -6,7 +6,8 @@
 mod support;
 
 use support::{
-    clickhouse_url, kafka_brokers, kafka_env, run_cli, temp_dir, wait_until, Deployment, Endpoints, Server,
+    catalog_pid, catalog_server, clickhouse_url, kafka_brokers, kafka_env, python, run_cli, temp_dir,
+    wait_until, webhook_signature, Deployment, Endpoints, Server, WebhookReceiver,
 };
 
 /// Environment of every stage of one deployment: its own topics and its own database.
@@ -76,10 +77,15 @@ impl Stages {
 
     /// Starts `driftline <stage>` in `<dir>/<name>`.
     fn start(&self, stage: &str, name: &str) -> Server {
+        self.start_configured(stage, name, None)
+    }
+
+    /// Starts `driftline <stage>` in `<dir>/<name>` with a configuration file (the environment still wins).
+    fn start_configured(&self, stage: &str, name: &str, config: Option<&std::path::Path>) -> Server {
         let dir = self.dir.join(name);
         std::fs::create_dir_all(&dir).expect("stage dir");
         let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        Server::start_stage(stage, &dir, None, &env)
+        Server::start_stage(stage, &dir, config, &env)
     }
 
     fn split(&self) -> Split {
@@ -139,6 +145,71 @@ fn the_demo_scenario_on_split_stages_over_kafka_and_clickhouse() {
         assert_eq!(client.get("/healthz").0, 200, "{}", server.url);
         assert_eq!(client.get("/readyz").0, 200, "{}", server.url);
     }
+}
+
+/// The probe and notify stages of the split deployment: a stdio MCP server (the official Python SDK) probed
+/// by `driftline probe`, its drift and its DOWN/UP told by `driftline notify` to a webhook, signed.
+#[test]
+fn the_probe_and_notify_stages_watch_a_stdio_server_and_tell_a_webhook() {
+    let dir = temp_dir("split-probe");
+    let state = temp_dir("split-probe-state");
+    let receiver = WebhookReceiver::start(0);
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[probe]\ninterval_seconds = 1\ntimeout_seconds = 20\n\n\
+             [[probe.servers]]\nname = \"catalog\"\ncommand = {:?}\nargs = [{:?}, \"--state\", {:?}]\n\n\
+             [[notify.webhooks]]\nurl = {:?}\nsecret = \"split-secret\"\nmin_classification = \"compatible\"\n",
+            python().display().to_string(),
+            catalog_server().display().to_string(),
+            state.display().to_string(),
+            receiver.url
+        ),
+    )
+    .expect("config");
+    let stages = Stages::migrated(environment("split-probe"), &dir);
+    let split = stages.split();
+    let probe = stages.start_configured("probe", "probe", Some(&config));
+    let notify = stages.start_configured("notify", "notify", Some(&config));
+    let api = split.api.client(None);
+
+    let health =
+        api.wait_for_within(60, "/api/health/servers/catalog", "the first probe", |s| s["status"] == "UP");
+    assert_eq!(health["tool_count"], 2, "{health}");
+    assert!(health["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{health}");
+    let (code, table, stderr) = run_cli(&["health", "--url", &split.api.url]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(table.contains("catalog") && table.contains(" ms"), "the CLI shows the probe latency: {table}");
+
+    // A new release of the server: it exits, comes back with `region` required.
+    std::fs::write(state.join("version"), "2").expect("version");
+    let first = catalog_pid(&state);
+    std::fs::remove_file(state.join("pid")).expect("pid file");
+    let _ = std::process::Command::new("kill").arg("-9").arg(first.to_string()).status();
+    let drift =
+        receiver.wait_for(60, "the drift notification", |r| r.header("x-driftline-event") == Some("drift"));
+    assert_eq!(
+        drift.header("x-driftline-signature"),
+        Some(webhook_signature("split-secret", &drift.body).as_str())
+    );
+    let body = drift.json();
+    assert_eq!(
+        (body["server_name"].as_str(), body["classification"].as_str()),
+        (Some("catalog"), Some("BREAKING")),
+        "{body}"
+    );
+    receiver.wait_for(30, "the DOWN notification", |r| r.header("x-driftline-event") == Some("down"));
+    receiver.wait_for(30, "the UP notification", |r| r.header("x-driftline-event") == Some("up"));
+    let history = api.get("/api/health/servers/catalog/drift-history").1;
+    assert_eq!(body["event_id"], history[0]["id"], "{history}");
+    for stage in [&probe, &notify] {
+        let client = stage.client(None);
+        assert_eq!(client.get("/readyz").0, 200, "{}", stage.url);
+    }
+    let sent = notify.client(None).get("/metrics").1;
+    assert!(sent.as_str().is_some_and(|m| m.contains("driftline_notifications_total")), "{sent}");
+    drop(probe);
 }
 
 #[test]
@@ -933,5 +1004,20 @@ fn clickhouse_positions_beyond_32_bits_round_trip() {
         store.apply(Batch { positions: positions.clone(), ..Default::default() }).await.expect("apply");
         let resume = store.resume(Streams::All).await.expect("resume");
         assert_eq!(resume.positions, positions);
+    });
+}
+
+#[test]
+fn clickhouse_keeps_the_notifiers_cursor() {
+    let env = environment("notify-cursor");
+    let (code, _, stderr) = driftline(&["migrate"], &env);
+    assert_eq!(code, 0, "migrate failed: {stderr}");
+    let database = setting(&env, "DRIFTLINE__CLICKHOUSE__DATABASE");
+    let settings =
+        driftline_store::ClickHouseSettings { url: clickhouse_url(), database, user: None, password: None };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = driftline_store::ClickHouseStore::connect(&settings).await.expect("connect");
+        support::check_notification_cursor(&store).await;
     });
 }

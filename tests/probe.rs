@@ -281,7 +281,7 @@ fn capture_prints_every_tool_of_a_server_over_each_transport() {
     assert_eq!((code, stdout.as_str()), (0, ""), "{stderr}");
     let tools: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("out file")).expect("JSON");
     let names: Vec<&str> =
-        tools.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+        tools.as_array().into_iter().flatten().filter_map(|t| t["tool_name"].as_str()).collect();
     assert_eq!(names, ["tool_0", "tool_1", "tool_2", "tool_3", "tool_4"]);
 
     // stdio, to stdout, keys in a stable (sorted) order; the result diffs cleanly against itself.
@@ -424,4 +424,33 @@ fn drift_and_down_up_reach_webhooks_once_signed_after_a_failed_attempt() {
     let metrics = client.get("/metrics").1;
     let metrics = metrics.as_str().unwrap_or_default();
     assert!(metrics.contains("driftline_notifications_total{result=\"sent\""), "{metrics}");
+}
+
+/// The reference server of the MCP project, from npm (`make mcp-servers`), probed over stdio as a user
+/// configures it.
+#[test]
+fn the_npm_reference_server_is_probed_over_stdio() {
+    let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/mcp/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(bin.exists(), "{} is missing: run `make mcp-servers` (make test does)", bin.display());
+    let dir = temp_dir("probe-everything");
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[probe]\ninterval_seconds = 5\ntimeout_seconds = 30\n\n\
+             [[probe.servers]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}]\n",
+            bin.display().to_string()
+        ),
+    )
+    .expect("config");
+    let server = Server::start(&dir, Some(&config), &[]);
+    let client = server.client(None);
+    let health = client
+        .wait_for_within(60, "/api/health/servers/everything", "the first probe", |s| s["status"] == "UP");
+    assert!(health["tool_count"].as_u64().is_some_and(|n| n >= 10), "{health}");
+    let tools = client.get("/api/servers/everything/tools").1;
+    let names: Vec<&str> =
+        tools.as_array().into_iter().flatten().filter_map(|t| t["tool_name"].as_str()).collect();
+    assert!(names.contains(&"echo") && names.contains(&"get-sum"), "{names:?}");
 }

@@ -466,3 +466,11 @@ fn spans_sent_again_are_counted_once() {
         "{metrics}"
     );
 }
+
+#[test]
+fn sqlite_keeps_the_notifiers_cursor() {
+    let dir = temp_dir("notify-cursor");
+    let store = driftline_store::SqliteStore::open(&dir.join("driftline.db")).expect("open the store");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(support::check_notification_cursor(&store));
+}

@@ -103,6 +103,8 @@ function jsonNode(value, indent = 0) {
 // ---------- pages ----------
 
 const statusChip = (status) => h('span', { class: `chip status-${status}` }, status);
+// The round trip of the last probe (tools/list over HTTP, SSE or stdio); servers nobody probes show a dash.
+const probeLatency = (s) => (typeof s.latency_ms === 'number' ? `${Math.round(s.latency_ms)} ms` : '—');
 
 async function serversPage() {
   const servers = await get('/api/health/servers');
@@ -123,6 +125,7 @@ async function serversPage() {
       h('td', {}, statusChip(s.status)),
       h('td', { class: 'mono' }, s.schema_hash || '—'),
       h('td', {}, String(s.tool_count)),
+      h('td', { class: 'hide-narrow probe-latency' }, probeLatency(s)),
       h('td', { class: 'hide-narrow' }, when(s.last_seen)),
       h('td', { class: 'open-drift' }, `${open.breaking} breaking · ${open.warning} warning · ${open.compatible} compatible`),
     );
@@ -132,8 +135,8 @@ async function serversPage() {
     h('h1', {}, 'Servers'),
     h('p', {}, `${healthy}/${servers.length} servers healthy`),
     h('div', { class: 'table-wrap' }, h('table', { id: 'servers' },
-      h('thead', {}, h('tr', {}, ['Server', 'Status', 'Schema hash', 'Tools', 'Last seen', 'Open drift'].map((t, i) =>
-        h('th', { class: i === 4 ? 'hide-narrow' : null }, t)))),
+      h('thead', {}, h('tr', {}, ['Server', 'Status', 'Schema hash', 'Tools', 'Probe', 'Last seen', 'Open drift'].map((t, i) =>
+        h('th', { class: i === 4 || i === 5 ? 'hide-narrow' : null }, t)))),
       h('tbody', {}, rows))),
   ];
 }
@@ -318,6 +321,7 @@ async function serverPage(server, tab) {
   const body = await ({ drift: driftTab, schema: schemaTab, tools: toolsTab, shape: shapeDriftTab }[tab] || driftTab)(server);
   return [
     h('h1', {}, server, ' ', info ? statusChip(info.status) : null),
+    info && typeof info.latency_ms === 'number' ? h('p', { class: 'probe-latency' }, `Last probe: ${probeLatency(info)}`) : null,
     info && info.note ? h('p', { class: 'note' }, info.note) : null,
     h('nav', { class: 'tabs', 'aria-label': 'Server' }, tabs.map(([id, label]) =>
       h('a', { href: `#/servers/${encodeURIComponent(server)}/${id}`, 'aria-current': id === tab ? 'page' : null, 'data-tab': id }, label))),

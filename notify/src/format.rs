@@ -10,8 +10,7 @@ const MAX_NOTE: usize = 500;
 /// Where the dashboard shows the server, when `public_url` is set.
 pub fn dashboard_url(public_url: Option<&str>, notification: &Notification) -> Option<String> {
     let base = public_url?.trim_end_matches('/');
-    let tab = if notification.kind == NotificationKind::Drift { "drift" } else { "overview" };
-    Some(format!("{base}/#/servers/{}/{tab}", percent_encode(&notification.server_name)))
+    Some(format!("{base}/#/servers/{}/drift", percent_encode(&notification.server_name)))
 }
 
 fn percent_encode(text: &str) -> String {

@@ -235,11 +235,13 @@ pub async fn run(
     let mut session: Option<Session> = None;
     let mut failures = 0u32;
     while !*shutdown.borrow() {
-        let started = Instant::now();
+        // The latency is the complete tools/list round trip, without starting a session (or a child).
+        let mut started = Instant::now();
         let result = async {
             if session.is_none() {
                 session =
                     Some(within(settings.timeout, connect(&target.name, &endpoint, changed.clone())).await?);
+                started = Instant::now();
             }
             match &session {
                 Some(open) => within(settings.timeout, list_all(open)).await,

@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -217,4 +217,47 @@ test('usable at 390 px and makes no request outside the server', async () => {
   assert.ok(overflow <= 390, `page is ${overflow} px wide at 390`);
   console.log(`narrow: ${await shot(page, 'narrow-drift')}`);
   assert.deepEqual(offsite, []);
+});
+
+test('a probed stdio server shows its probe latency in the list and on its page', async () => {
+  // A second driftline with one [[probe.servers]] entry: the catalog server of tests/mcp over stdio.
+  const python = process.env.DRIFTLINE_TEST_PYTHON || path.resolve('../../target/python-env/bin/python');
+  const probeDir = mkdtempSync(path.join(tmpdir(), 'driftline-ui-probe-'));
+  const config = path.join(probeDir, 'driftline.toml');
+  writeFileSync(config, [
+    '[probe]', 'interval_seconds = 2', 'timeout_seconds = 20', '',
+    '[[probe.servers]]', 'name = "catalog"', `command = ${JSON.stringify(python)}`,
+    `args = [${JSON.stringify(path.resolve('../mcp/catalog_server.py'))}, "--state", ${JSON.stringify(probeDir)}]`, '',
+  ].join('\n'));
+  const probed = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', probeDir, '--config', config], {
+    stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn' },
+  });
+  try {
+    const probedUrl = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
+      createInterface({ input: probed.stdout }).once('line', (line) => {
+        clearTimeout(timer);
+        resolve(line.replace('driftline listening on ', '').trim());
+      });
+    });
+    // Not newPage(): its requests go to this second server, which is not "outside" for the test above.
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    // The page does not refresh by itself: wait for the first probe through the API, then load it.
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const health = await fetch(`${probedUrl}/api/health/servers/catalog`).then((r) => (r.ok ? r.json() : null), () => null);
+      if (health?.status === 'UP') break;
+      assert.ok(Date.now() < deadline, `the catalog server is not UP within 30 s: ${JSON.stringify(health)}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    await page.goto(probedUrl);
+    await page.waitForSelector('#servers tbody tr[data-server="catalog"] .status-UP');
+    assert.match(await page.locator('#servers tbody tr .probe-latency').innerText(), /^\d+ ms$/);
+    await page.goto(`${probedUrl}/#/servers/catalog/drift`);
+    assert.match(await page.locator('p.probe-latency').innerText({ timeout: 10_000 }), /^Last probe: \d+ ms$/);
+    console.log(`probed: ${await shot(page, 'probed-server')}`);
+  } finally {
+    probed.kill();
+    rmSync(probeDir, { recursive: true, force: true });
+  }
 });

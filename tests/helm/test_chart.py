@@ -1,6 +1,7 @@
 """`make helm-check`: the chart lints and renders; every stage carries probes, resources and a locked-down
-security context; the Jobs are hooks; monitoring objects appear only when enabled; the rendered driftline.toml
-loads in the binary's own config loader; the alert rules pass promtool; a real Prometheus scrapes the running
+security context; the Jobs are hooks; monitoring objects appear only when enabled; the probe and notify stages
+appear only when enabled, as exactly one replica, with the webhooks only in the Secret; the rendered
+driftline.toml loads in the binary's own config loader; the alert rules pass promtool; a real Prometheus scrapes the running
 stages; the Dockerfile is multi-stage and runs unprivileged.
 
 Needs HELM and DRIFTLINE_BIN; the scrape test also Kafka and ClickHouse (KAFKA_BROKERS / CLICKHOUSE_URL, or
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import tomllib
 import urllib.parse
 import urllib.request
 
@@ -29,6 +31,31 @@ WITH_KEY = [
     "--set", "secrets.apiKeys[0].sha256=" + "ab" * 32,
 ]
 STAGES = ["api", "detect", "ingest"]
+SINGLE_STAGES = ["notify", "probe"]
+WEBHOOK_URL = "https://hooks.example.com/services/T0/B0/webhook-token"
+WEBHOOK_SECRET = "webhook-signing-secret"
+# probe and notify enabled: a Streamable HTTP server with a header, a stdio server, a signed Slack webhook.
+SINGLE_VALUES = {
+    "probe": {
+        "enabled": True,
+        "project": "default",
+        "intervalSeconds": 30,
+        "servers": [
+            {"name": "search-mcp", "url": "http://search-mcp.tools:9000/mcp",
+             "headers": {"X-Team": 'platform "core"'}},
+            {"name": "files", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"],
+             "env": {"LOG_LEVEL": "warn"}, "cwd": "/tmp"},
+        ],
+    },
+    "notify": {
+        "enabled": True,
+        "publicUrl": "https://driftline.example.com",
+        "webhooks": [
+            {"url": WEBHOOK_URL, "format": "slack", "minClassification": "breaking", "secret": WEBHOOK_SECRET,
+             "projects": ["default"]},
+        ],
+    },
+}
 
 
 def render(*args):
@@ -45,8 +72,15 @@ def names(docs):
     return sorted(doc["metadata"]["name"] for doc in docs)
 
 
-def test_the_chart_lints_with_default_and_production_values():
-    for values in ([], PRODUCTION):
+def single_values(directory):
+    """`-f` with SINGLE_VALUES (lists and maps are clearer in a values file than in --set)."""
+    path = directory / "single-stages.yaml"
+    path.write_text(yaml.safe_dump(SINGLE_VALUES))
+    return ["-f", str(path)]
+
+
+def test_the_chart_lints_with_default_and_production_values(tmp_path):
+    for values in ([], PRODUCTION, single_values(tmp_path)):
         result = subprocess.run([HELM, "lint", "--strict", str(CHART), *values], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
 
@@ -127,11 +161,15 @@ def rendered_config(directory, *values):
     keys = directory / "keys.toml"
     if secrets:
         keys.write_text(secrets[0]["stringData"]["keys.toml"])
+        # With notify.enabled the Secret also holds the webhooks that driftline.toml names as notify.webhooks_file.
+        if "webhooks.toml" in secrets[0]["stringData"]:
+            (directory / "webhooks.toml").write_text(secrets[0]["stringData"]["webhooks.toml"])
     else:
         # secrets.existingSecret: the operator's Secret holds keys.toml in the same form.
         keys.write_text('[[keys]]\nproject = "default"\nscopes = ["ingest", "read"]\nsha256 = "' + "cd" * 32 + '"\n')
     config = directory / "driftline.toml"
-    config.write_text(config_map["data"]["driftline.toml"].replace("/etc/driftline/secret/keys.toml", str(keys)))
+    # The Secret's files (keys.toml, webhooks.toml) are mounted at /etc/driftline/secret; here they are next to it.
+    config.write_text(config_map["data"]["driftline.toml"].replace("/etc/driftline/secret/", f"{directory}/"))
     return config
 
 
@@ -154,6 +192,108 @@ def test_the_rendered_configuration_loads_in_driftline():
         assert check_config(config, "detect").returncode == 0
         result = check_config(config, "ingest")
         assert result.returncode == 2 and "no API keys" in result.stderr, result.stderr
+
+
+def test_probe_and_notify_are_off_by_default():
+    for values in ([], PRODUCTION):
+        docs = render(*values)
+        for kind in ("Deployment", "Service"):
+            assert not [d for d in names(of_kind(docs, kind)) if d.rsplit("-", 1)[1] in SINGLE_STAGES]
+        [config_map] = of_kind(docs, "ConfigMap")
+        assert "[probe]" not in config_map["data"]["driftline.toml"]
+        assert "[notify]" not in config_map["data"]["driftline.toml"]
+        for secret in of_kind(docs, "Secret"):
+            assert "webhooks.toml" not in secret["stringData"]
+
+
+def test_probe_and_notify_run_as_exactly_one_replica(tmp_path):
+    # Even where someone sets replicas, autoscaling or a disruption budget for them: a second prober would probe
+    # every server twice, a second notifier send every notification twice.
+    overrides = []
+    for stage in SINGLE_STAGES:
+        overrides += ["--set", f"{stage}.replicas=3", "--set", f"{stage}.autoscaling.enabled=true",
+                      "--set", f"{stage}.autoscaling.minReplicas=2", "--set", f"{stage}.autoscaling.maxReplicas=4",
+                      "--set", f"{stage}.podDisruptionBudget.enabled=true",
+                      "--set", f"{stage}.podDisruptionBudget.minAvailable=1"]
+    for extra in ([], overrides):
+        docs = render(*single_values(tmp_path), *WITH_KEY, *extra)
+        deployments = of_kind(docs, "Deployment")
+        assert names(deployments) == [f"rel-driftline-{stage}" for stage in sorted(STAGES + SINGLE_STAGES)]
+        for stage in SINGLE_STAGES:
+            [deployment] = [d for d in deployments if d["metadata"]["name"] == f"rel-driftline-{stage}"]
+            assert deployment["spec"]["replicas"] == 1
+            assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+            assert deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == stage
+            pod = deployment["spec"]["template"]["spec"]
+            [container] = pod["containers"]
+            assert container["args"] == [stage, "--config", "/etc/driftline/driftline.toml"]
+            assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+            assert container["resources"]["requests"] and container["resources"]["limits"]
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            assert pod["securityContext"]["runAsNonRoot"] is True
+        # No autoscaler or disruption budget for them; the other stages keep theirs.
+        assert names(of_kind(docs, "HorizontalPodAutoscaler")) == ["rel-driftline-api", "rel-driftline-ingest"]
+        assert names(of_kind(docs, "PodDisruptionBudget")) == [f"rel-driftline-{stage}" for stage in STAGES]
+        # The notifier restarts when its webhooks change (they are read once, at start).
+        [notify] = [d for d in deployments if d["metadata"]["name"] == "rel-driftline-notify"]
+        assert "checksum/secret" in notify["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_the_service_monitor_scrapes_probe_and_notify(tmp_path):
+    docs = render(*single_values(tmp_path), "--set", "metrics.serviceMonitor.enabled=true")
+    [monitor] = of_kind(docs, "ServiceMonitor")
+    services = of_kind(docs, "Service")
+    assert names(services) == [f"rel-driftline-{stage}" for stage in sorted(STAGES + SINGLE_STAGES)]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    port = monitor["spec"]["endpoints"][0]["port"]
+    for service in services:
+        stage = service["metadata"]["name"].removeprefix("rel-driftline-")
+        assert selector.items() <= service["metadata"]["labels"].items()
+        assert service["metadata"]["labels"]["app.kubernetes.io/component"] == stage
+        assert service["spec"]["selector"]["app.kubernetes.io/component"] == stage
+        assert [p["name"] for p in service["spec"]["ports"]] == [port]
+
+
+def test_the_rendered_probe_and_notify_configuration_loads_in_driftline(tmp_path):
+    values = [*single_values(tmp_path), *WITH_KEY]
+    config = rendered_config(tmp_path, *values)
+    for stage in SINGLE_STAGES + STAGES:
+        result = check_config(config, stage)
+        assert result.returncode == 0, f"{stage}: {result.stderr}"
+        assert "configuration ok" in result.stdout
+    parsed = tomllib.loads(config.read_text())
+    assert parsed["probe"]["interval_seconds"] == 30
+    assert parsed["probe"]["servers"] == SINGLE_VALUES["probe"]["servers"]
+    assert parsed["notify"]["public_url"] == "https://driftline.example.com"
+    assert parsed["notify"]["webhooks_file"] == str(tmp_path / "webhooks.toml")
+    [webhook] = tomllib.loads((tmp_path / "webhooks.toml").read_text())["webhooks"]
+    assert webhook == {"url": WEBHOOK_URL, "format": "slack", "min_classification": "breaking",
+                       "secret": WEBHOOK_SECRET, "projects": ["default"]}
+    # The loader reads the webhooks file: a bad webhook there fails the notify stage's check.
+    (tmp_path / "webhooks.toml").write_text('[[webhooks]]\nurl = "ftp://example.com"\n')
+    result = check_config(config, "notify")
+    assert result.returncode == 2 and "notify.webhooks[0]" in result.stderr, result.stderr
+    # The rendered servers go through the loader's own checks too.
+    result = check_config(rendered_config(tmp_path, *values, "--set", "probe.servers[1].name=bad name"), "probe")
+    assert result.returncode == 2 and "probe.servers[1].name" in result.stderr, result.stderr
+
+
+def test_webhook_urls_and_secrets_are_only_in_the_secret(tmp_path):
+    docs = render(*single_values(tmp_path), *WITH_KEY)
+    [secret] = of_kind(docs, "Secret")
+    assert WEBHOOK_URL in secret["stringData"]["webhooks.toml"]
+    assert WEBHOOK_SECRET in secret["stringData"]["webhooks.toml"]
+    for doc in docs:
+        if doc is not secret:
+            text = json.dumps(doc)
+            assert WEBHOOK_URL not in text and WEBHOOK_SECRET not in text, doc["metadata"]["name"]
+    # With a Secret of your own (holding webhooks.toml), the chart renders no Secret and still no webhook.
+    docs = render(*single_values(tmp_path), "--set", "secrets.existingSecret=mine")
+    assert not of_kind(docs, "Secret")
+    assert not any(WEBHOOK_URL in json.dumps(doc) or WEBHOOK_SECRET in json.dumps(doc) for doc in docs)
+    [config_map] = of_kind(docs, "ConfigMap")
+    assert 'webhooks_file = "/etc/driftline/secret/webhooks.toml"' in config_map["data"]["driftline.toml"]
 
 
 def test_alert_rules_pass_promtool():

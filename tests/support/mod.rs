@@ -783,3 +783,33 @@ pub fn webhook_signature(secret: &str, body: &[u8]) -> String {
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
+
+/// The notifier's contract with a store (both stores run it): notifications written with a batch, written
+/// again by a replay, are pending once each, oldest first, per webhook, until that webhook records them.
+pub async fn check_notification_cursor(store: &dyn driftline_store::Store) {
+    use driftline_schemas::{Notification, NotificationKind, Timestamp};
+    // Recent: ClickHouse drops rows past their TTL.
+    let base = chrono::Utc::now().timestamp_millis() - 60_000;
+    let at = |ms: i64| Timestamp::from_millis(base + ms).expect("a valid time");
+    let notification = |id: &str, ms: i64, kind| {
+        Notification::transition(id.into(), "default", "srv", kind, at(ms), "note".into())
+    };
+    let batch = || driftline_store::Batch {
+        notifications: vec![
+            notification("n2", 20, NotificationKind::Up),
+            notification("n1", 10, NotificationKind::Down),
+        ],
+        ..Default::default()
+    };
+    store.apply(batch()).await.expect("apply");
+    store.apply(batch()).await.expect("apply the replay");
+    let ids = |found: Vec<Notification>| found.into_iter().map(|n| n.id).collect::<Vec<_>>();
+    let pending = store.pending_notifications("hook-a", at(0), 100).await.expect("pending");
+    assert_eq!(pending[0], notification("n1", 10, NotificationKind::Down), "stored as written");
+    assert_eq!(ids(pending), ["n1", "n2"], "once each, oldest first");
+    store.record_notified("hook-a", "n1", "sent", at(30)).await.expect("record");
+    assert_eq!(ids(store.pending_notifications("hook-a", at(0), 100).await.expect("pending")), ["n2"]);
+    assert_eq!(ids(store.pending_notifications("hook-b", at(0), 100).await.expect("pending")), ["n1", "n2"]);
+    assert_eq!(ids(store.pending_notifications("hook-b", at(0), 1).await.expect("pending")), ["n1"], "limit");
+    assert!(store.pending_notifications("hook-b", at(21), 100).await.expect("pending").is_empty(), "since");
+}

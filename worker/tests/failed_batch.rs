@@ -75,6 +75,23 @@ impl Store for Flaky {
     ) -> Result<std::collections::HashMap<String, driftline_schemas::InputPosition>, StoreError> {
         self.inner.stored_calls(identities, since).await
     }
+    async fn pending_notifications(
+        &self,
+        webhook: &str,
+        since: driftline_schemas::Timestamp,
+        limit: usize,
+    ) -> Result<Vec<driftline_schemas::Notification>, StoreError> {
+        self.inner.pending_notifications(webhook, since, limit).await
+    }
+    async fn record_notified(
+        &self,
+        webhook: &str,
+        id: &str,
+        outcome: &str,
+        at: driftline_schemas::Timestamp,
+    ) -> Result<(), StoreError> {
+        self.inner.record_notified(webhook, id, outcome, at).await
+    }
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }
