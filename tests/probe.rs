@@ -281,7 +281,7 @@ fn capture_prints_every_tool_of_a_server_over_each_transport() {
     assert_eq!((code, stdout.as_str()), (0, ""), "{stderr}");
     let tools: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("out file")).expect("JSON");
     let names: Vec<&str> =
-        tools.as_array().into_iter().flatten().filter_map(|t| t["tool_name"].as_str()).collect();
+        tools.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(names, ["tool_0", "tool_1", "tool_2", "tool_3", "tool_4"]);
 
     // stdio, to stdout, keys in a stable (sorted) order; the result diffs cleanly against itself.

@@ -121,16 +121,10 @@ async fn connect(server: &str, endpoint: &Endpoint, changed: Arc<Notify>) -> Res
         Endpoint::Stdio(command) => {
             let (transport, child) = stdio::spawn(server, command)
                 .map_err(|err| ProbeError::Spawn(command.program.clone(), err.to_string()))?;
-            match listener.serve(transport).await {
-                Ok(service) => Ok(Session { service, child }),
-                Err(err) => {
-                    // The transport (and with it the child) was dropped: rmcp kills and reaps it.
-                    if let Some(pid) = child {
-                        stdio::kill_group(pid);
-                    }
-                    Err(connect_error(err))
-                }
-            }
+            // On failure the transport was dropped with the child in it: rmcp kills its process group and
+            // reaps it (signalling the group here could reach a reused pid once it is reaped).
+            let service = listener.serve(transport).await.map_err(connect_error)?;
+            Ok(Session { service, child })
         }
     }
 }
