@@ -308,6 +308,9 @@ pub struct DetectorConfig {
     /// A tool call sent again (same project, server, tool, trace and span id) within this many hours of
     /// the first is acknowledged and counted once. [1, 720]
     pub repeat_window_hours: u32,
+    /// For tests only: the detector pauses this long after each stored batch, to be slower than its
+    /// input (the consumer-lag tests). 0 in any real deployment. [0, 10000]
+    pub test_batch_pause_ms: u64,
 }
 
 impl Default for DetectorConfig {
@@ -320,6 +323,7 @@ impl Default for DetectorConfig {
             baseline: BaselinePolicy::default(),
             high_risk_sessions: 10,
             repeat_window_hours: 24,
+            test_batch_pause_ms: 0,
         }
     }
 }
@@ -446,6 +450,9 @@ impl Config {
                 "detector.repeat_window_hours = {} is out of bounds: it must be in [1, 720]",
                 self.detector.repeat_window_hours
             );
+        }
+        if self.detector.test_batch_pause_ms > 10_000 {
+            bail!("detector.test_batch_pause_ms must be in [0, 10000]");
         }
         if self.kafka.partitions == 0 || self.kafka.partitions > 65_536 || self.kafka.replication == 0 {
             bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");

@@ -143,6 +143,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let settings = WorkerSettings {
         thresholds: config.detector.thresholds(),
         repeat_window_hours: config.detector.repeat_window_hours,
+        throttle: Duration::from_millis(config.detector.test_batch_pause_ms),
     };
     let store =
         if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };

@@ -92,3 +92,14 @@ fn a_broker_outage_is_503_and_nothing_acknowledged_is_lost() {
     // Both acknowledged batches are there; a refused batch may also have arrived late (at-least-once).
     assert!(calls >= 20, "{calls} calls processed after the outage; expected at least the 20 acknowledged");
 }
+
+#[test]
+fn consumer_lag_over_kafka_tells_the_truth_under_overload() {
+    let brokers = kafka_brokers();
+    let dir = temp_dir("kafka-lag");
+    let mut env = kafka_env(&brokers, "lag");
+    env.push(("DRIFTLINE__DETECTOR__TEST_BATCH_PAUSE_MS".into(), "500".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Server::start(&dir, None, &env);
+    support::check_lag_tells_the_truth(&server);
+}

@@ -474,3 +474,10 @@ fn sqlite_keeps_the_notifiers_cursor() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(support::check_notification_cursor(&store));
 }
+
+#[test]
+fn consumer_lag_on_the_embedded_bus_tells_the_truth_under_overload() {
+    let dir = temp_dir("lag-embedded");
+    let server = Server::start(&dir, None, &[("DRIFTLINE__DETECTOR__TEST_BATCH_PAUSE_MS", "500")]);
+    support::check_lag_tells_the_truth(&server);
+}

@@ -228,6 +228,25 @@ struct GroupContext {
 
 impl ClientContext for GroupContext {}
 
+/// The high watermark of a partition as the latest fetch response reported it: librdkafka keeps it per
+/// partition, so this costs no round trip. `None` before the first fetch.
+fn fetched_high(consumer: &BaseConsumer<GroupContext>, topic: &str, partition: i32) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer is valid while `consumer` lives; `topic` is a NUL-terminated string that
+    // outlives the call; `low` and `high` are valid for writes.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
 impl ConsumerContext for GroupContext {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &KafkaRebalance<'_>) {
         let Ok(mut events) = self.events.lock() else { return };
@@ -285,7 +304,7 @@ struct LagCache {
     marks: Vec<(u32, i64)>,
 }
 
-const LAG_REFRESH: Duration = Duration::from_secs(5);
+const LAG_REFRESH: Duration = Duration::from_secs(1);
 
 fn topic_of(settings: &KafkaSettings, name: &str) -> Option<Topic> {
     TOPICS.into_iter().find(|t| settings.topic_name(*t) == name)
@@ -419,8 +438,12 @@ impl Consumer for KafkaGroupConsumer {
     }
 
     async fn lag(&self, positions: &Positions) -> Result<BTreeMap<String, u64>, BusError> {
-        // Watermarks cost a broker round trip per partition: a background task refreshes them every few
-        // seconds while this answers at once from the last refresh.
+        // Three sources of each partition's high watermark, the largest wins: the latest fetch response
+        // (librdkafka keeps it, no round trip; fresh while the consumer fetches, which it does whenever it
+        // is behind), the broker's answer to a watermark query, which a background task refreshes every
+        // second (a round trip per partition) while this answers at once from the last refresh, and the
+        // records fetched and held here. A position past a stale mark cannot hide a backlog: the fetch
+        // response that brought the records in reported a mark above them.
         let mut slot = self.lag.lock().map_err(|_| BusError::Unavailable("lag lock poisoned".into()))?;
         let stale = slot.refreshed.is_none_or(|at| at.elapsed() >= LAG_REFRESH);
         if stale && !slot.refreshing {
@@ -447,8 +470,21 @@ impl Consumer for KafkaGroupConsumer {
                 }
             });
         }
-        Ok(slot
-            .marks
+        let mut highs: BTreeMap<u32, i64> = slot.marks.iter().copied().collect();
+        drop(slot);
+        for stream in &self.acknowledged {
+            let Some((topic, partition)) = kafka_partition(&self.settings, *stream) else { continue };
+            if let Some(high) = fetched_high(&self.consumer, &topic, partition) {
+                let entry = highs.entry(*stream).or_insert(high);
+                *entry = (*entry).max(high);
+            }
+        }
+        // Records fetched and held back are on the bus too.
+        for record in &self.held {
+            let entry = highs.entry(record.position.partition).or_insert(0);
+            *entry = (*entry).max(record.position.offset as i64 + 1);
+        }
+        Ok(highs
             .iter()
             .filter(|(stream, _)| self.acknowledged.contains(stream))
             .filter_map(|(stream, high)| {

@@ -149,6 +149,8 @@ def test_service_monitor_and_alert_rules_only_when_enabled():
         "DriftlineBreakingDrift",
         "DriftlineSecurityFlag",
         "DriftlineConsumerLagGrowing",
+        "DriftlineDetectionStale",
+        "DriftlineNotificationsFailing",
         "DriftlineDeadLetters",
         "DriftlineIngest5xx",
     }

@@ -813,3 +813,91 @@ pub async fn check_notification_cursor(store: &dyn driftline_store::Store) {
     assert_eq!(ids(store.pending_notifications("hook-b", at(0), 1).await.expect("pending")), ["n1"], "limit");
     assert!(store.pending_notifications("hook-b", at(21), 100).await.expect("pending").is_empty(), "since");
 }
+
+/// A metric's value in a `/metrics` text (the first series of that name).
+pub fn metric_value(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        let value = rest.strip_prefix(' ').or_else(|| rest.split_once("} ").map(|(_, v)| v))?;
+        value.trim().parse().ok()
+    })
+}
+
+/// Calls stored, over every tool.
+pub fn stored_calls(client: &Client) -> u64 {
+    let tools = client.get("/api/tools").1;
+    tools.as_array().into_iter().flatten().filter_map(|t| t["calls"].as_u64()).sum()
+}
+
+/// Overload (DESIGN: consumer lag is what operators, alert rules and the HPA watch): spans arrive faster
+/// than a throttled detector (`detector.test_batch_pause_ms`) stores them. From the first second until
+/// every acknowledged span is stored, the lag gauge is above 0 at every sample; it reads 0 only once every
+/// acknowledged span is stored, and the age of the oldest unprocessed record is reported meanwhile.
+pub fn check_lag_tells_the_truth(server: &Server) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const REQUESTS: usize = 40;
+    const SPANS: usize = 250;
+    let total = (REQUESTS * SPANS) as u64;
+    let client = server.client(None);
+    let acknowledged = std::sync::Arc::new(AtomicU64::new(0));
+    let producer = {
+        let (client, acknowledged) = (server.client(None), acknowledged.clone());
+        std::thread::spawn(move || {
+            for request in 0..REQUESTS {
+                let spans: Vec<Value> = (0..SPANS)
+                    .map(|i| span(&format!("lag-{request}-{i}"), &format!("tool{}", i % 4), json!({"id": i})))
+                    .collect();
+                assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+                acknowledged.fetch_add(SPANS as u64, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let started = Instant::now();
+    // (seconds, acknowledged before the lag was read, lag, oldest unprocessed age, stored after it was read)
+    let mut samples: Vec<(f64, u64, f64, f64, u64)> = Vec::new();
+    loop {
+        let before = acknowledged.load(Ordering::SeqCst);
+        let metrics = client.get("/metrics").1;
+        let metrics = metrics.as_str().unwrap_or_default();
+        let lag = metric_value(metrics, "driftline_worker_consumer_lag").unwrap_or(-1.0);
+        let age = metric_value(metrics, "driftline_worker_oldest_unprocessed_seconds").unwrap_or(-1.0);
+        let stored = stored_calls(&client);
+        samples.push((started.elapsed().as_secs_f64(), before, lag, age, stored));
+        if stored == total && lag == 0.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not drained within 120 s; last samples {:?}",
+            &samples[samples.len().saturating_sub(5)..]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    producer.join().expect("producer");
+    let overloaded: Vec<_> = samples.iter().filter(|s| s.0 >= 1.0).collect();
+    for &&(at, before, lag, _, stored) in &overloaded {
+        // Acknowledged before the gauge was read and not stored even after it: records remained.
+        if before > stored {
+            assert!(
+                lag > 0.0,
+                "lag {lag} at {at:.1} s while {} records remained; samples {samples:?}",
+                before - stored
+            );
+        }
+        if lag == 0.0 {
+            assert!(
+                stored >= before,
+                "lag 0 at {at:.1} s before every record was stored; samples {samples:?}"
+            );
+        }
+    }
+    let peak = samples.iter().map(|s| s.2).fold(0.0, f64::max);
+    assert!(peak >= 1000.0, "a real backlog was built (peak lag {peak}); samples {samples:?}");
+    assert!(
+        samples.iter().any(|s| s.3 > 0.5),
+        "the oldest unprocessed record's age was reported: {samples:?}"
+    );
+    let last = samples.last().expect("samples");
+    assert_eq!((last.2, last.3), (0.0, 0.0), "nothing left: lag and age are 0");
+}

@@ -44,12 +44,26 @@ pub struct WorkerSettings {
     pub thresholds: DetectorThresholds,
     /// How long a call sent again (same identity) is recognised and counted once.
     pub repeat_window_hours: u32,
+    /// A pause after each stored batch: zero, except in tests that need a detector slower than its input.
+    pub throttle: Duration,
 }
 
 impl Default for WorkerSettings {
     fn default() -> Self {
-        WorkerSettings { thresholds: DetectorThresholds::default(), repeat_window_hours: 24 }
+        WorkerSettings {
+            thresholds: DetectorThresholds::default(),
+            repeat_window_hours: 24,
+            throttle: Duration::ZERO,
+        }
     }
+}
+
+/// Seconds since `at` by the wall clock (never negative: clocks of producers differ a little).
+fn age_seconds(at: Timestamp) -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    (now - at.as_millis()).max(0) as f64 / 1e3
 }
 
 pub struct Worker<C> {
@@ -203,8 +217,14 @@ impl<C: Consumer> Worker<C> {
         });
         if records.is_empty() {
             // Idle: the lag gauges still follow the partitions (watermarks refresh in the background).
-            self.report_lag().await?;
+            if self.report_lag().await? == 0 {
+                metrics::OLDEST_UNPROCESSED.set(0.0);
+            }
             return Ok(Progress { records: 0 });
+        }
+        // The oldest record not processed yet is among those just read (each partition's next one).
+        if let Some(oldest) = records.iter().map(|r| r.appended_at).min() {
+            metrics::OLDEST_UNPROCESSED.set(age_seconds(oldest));
         }
         let mut batch = Batch::default();
         let mut dirty = Dirty::default();
@@ -245,6 +265,9 @@ impl<C: Consumer> Worker<C> {
         self.positions.extend(positions);
         self.consumer.commit(&self.positions).await?;
         let lag = self.report_lag().await?;
+        if lag == 0 {
+            metrics::OLDEST_UNPROCESSED.set(0.0);
+        }
         metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
         metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
         tracing::debug!(records = records.len(), seconds, lag, "batch stored");
@@ -272,7 +295,12 @@ impl<C: Consumer> Worker<C> {
         let mut backoff = Duration::from_millis(100);
         while !*shutdown.borrow() {
             match self.poll_once(500, Duration::from_millis(500)).await {
-                Ok(_) => backoff = Duration::from_millis(100),
+                Ok(progress) => {
+                    backoff = Duration::from_millis(100);
+                    if progress.records > 0 && !self.settings.throttle.is_zero() {
+                        tokio::time::sleep(self.settings.throttle).await;
+                    }
+                }
                 Err(err) => {
                     metrics::RETRIES.inc();
                     tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "detector batch failed; retrying");

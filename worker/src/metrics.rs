@@ -1,8 +1,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_histogram, register_int_counter, register_int_counter_vec, register_int_gauge,
-    register_int_gauge_vec, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    register_gauge, register_histogram, register_int_counter, register_int_counter_vec, register_int_gauge,
+    register_int_gauge_vec, Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
 };
 
 pub static RECORDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -99,6 +99,16 @@ pub static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {
 pub static LAG: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("driftline_worker_consumer_lag", "Records on the bus not yet processed")
         .expect("metric names are static and valid")
+});
+
+/// How long the oldest record not yet processed has been on the bus: what a freshness SLO watches. Set
+/// when records are read (their oldest) and 0 when nothing is left.
+pub static OLDEST_UNPROCESSED: LazyLock<Gauge> = LazyLock::new(|| {
+    register_gauge!(
+        "driftline_worker_oldest_unprocessed_seconds",
+        "Age of the oldest record on the bus the detector has not processed yet"
+    )
+    .expect("metric names are static and valid")
 });
 
 pub static STATE_KEYS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
