@@ -116,7 +116,6 @@ async function serversPage() {
     )];
   }
   const rows = servers.map((s) => {
-    const open = s.open_drift;
     const go = () => { location.hash = `#/servers/${encodeURIComponent(s.server_name)}/drift`; };
     return h('tr', { class: 'clickable', tabindex: '0', 'data-server': s.server_name, onclick: go,
       onkeydown: (e) => { if (e.key === 'Enter') go(); } },
@@ -127,7 +126,7 @@ async function serversPage() {
       h('td', {}, String(s.tool_count)),
       h('td', { class: 'hide-narrow probe-latency' }, probeLatency(s)),
       h('td', { class: 'hide-narrow' }, when(s.last_seen)),
-      h('td', { class: 'open-drift' }, `${open.breaking} breaking · ${open.warning} warning · ${open.compatible} compatible`),
+      h('td', { class: 'open-drift', title: 'open events, and the changes in them by classification' }, openDriftText(s)),
     );
   });
   const healthy = servers.filter((s) => s.status === 'UP').length;
@@ -141,13 +140,26 @@ async function serversPage() {
   ];
 }
 
+// One vocabulary for drift counts, in the server list and the Drift tab alike: how many open *events*, then
+// the *changes* inside them by classification (an event with three changes is one event, three changes).
+const openEventsLabel = (events) => `${events} open event${events === 1 ? '' : 's'}:`;
+
 function summaryChips(events) {
   const open = events.filter((e) => e.status === 'open');
   const count = (c) => open.flatMap((e) => e.changes).filter((ch) => ch.classification === c).length;
   const chips = [['BREAKING', 'breaking'], ['WARNING', 'warning'], ['COMPATIBLE', 'compatible']]
     .filter(([c]) => count(c) > 0)
     .map(([c, word]) => h('span', { class: `chip chip-${word}`, 'data-chip': word }, `${count(c)} ${word}`));
-  return h('div', { class: 'chips', id: 'summary-chips' }, chips);
+  const label = open.length ? h('span', { class: 'chips-label' }, openEventsLabel(open.length)) : null;
+  return h('div', { class: 'chips', id: 'summary-chips', title: 'changes in open events, by classification' }, label, chips);
+}
+
+function openDriftText(s) {
+  const e = s.open_drift;
+  const events = e.breaking + e.warning + e.compatible;
+  if (!events) return 'none';
+  const c = s.open_changes || { breaking: 0, warning: 0, compatible: 0 };
+  return `${openEventsLabel(events)} ${c.breaking} breaking · ${c.warning} warning · ${c.compatible} compatible`;
 }
 
 function impactTable(impact) {

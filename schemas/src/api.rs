@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use crate::{DetectorThresholds, ServerStatus, Severity, ShapeOutcome, ShapeRanking, ShapeReason, Timestamp};
 
-/// Open drift of a server, counted by the worst classification of each open event.
+/// Counts by classification: of open events (each by its worst change) in `open_drift`, of the changes
+/// inside them in `open_changes`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OpenDriftCounts {
     pub breaking: u32,
@@ -22,7 +23,12 @@ pub struct ServerHealth {
     pub last_seen: Option<Timestamp>,
     /// From probes, when probing is configured.
     pub latency_ms: Option<f64>,
+    /// Open drift **events**, each counted once under its worst classification.
     pub open_drift: OpenDriftCounts,
+    /// The **changes** inside the open events, each under its own classification (what the dashboard's
+    /// Drift tab counts in its chips).
+    #[serde(default)]
+    pub open_changes: OpenDriftCounts,
     /// The worst security flag among open events: `high` must be shown wherever the server is.
     pub max_severity: Option<Severity>,
     /// Why the server is DOWN, or which drift makes it DEGRADED.

@@ -137,11 +137,16 @@ pub fn health_table(servers: &[ServerHealth]) -> String {
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default();
         let mut note = server.note.clone().unwrap_or_default();
-        let drift = server.open_drift;
-        if drift.breaking + drift.warning + drift.compatible > 0 {
+        // The dashboard's words: open events, then the changes in them by classification.
+        let events = server.open_drift.breaking + server.open_drift.warning + server.open_drift.compatible;
+        if events > 0 {
+            let changes = server.open_changes;
             note = format!(
-                "{note} ({} breaking, {} warning, {} compatible open)",
-                drift.breaking, drift.warning, drift.compatible
+                "{note} ({events} open event{}: {} breaking · {} warning · {} compatible)",
+                if events == 1 { "" } else { "s" },
+                changes.breaking,
+                changes.warning,
+                changes.compatible
             );
         }
         if server.max_severity == Some(driftline_schemas::Severity::High) {

@@ -632,7 +632,20 @@ impl Store for ClickHouseStore {
             .bind(project)
             .fetch_all()
             .await?;
-        let open = views::open_counts(open);
+        let changes: Vec<(String, String, u32)> = self
+            .client
+            .query(
+                "SELECT server_name, JSONExtractString(change, 'classification') AS classification,
+                        toUInt32(count())
+                 FROM schema_drift_events FINAL ARRAY JOIN JSONExtractArrayRaw(changes) AS change
+                 WHERE project = ? AND status = 'open' GROUP BY server_name, classification",
+            )
+            .bind(project)
+            .fetch_all()
+            .await?;
+        let changes =
+            changes.into_iter().map(|(server, classification, n)| (server, Some(classification), n));
+        let open = views::open_counts(open, changes);
         let rows: Vec<ServerRowDb> = self
             .client
             .query("SELECT ?fields FROM servers FINAL WHERE project = ? ORDER BY server_name")
@@ -642,15 +655,16 @@ impl Store for ClickHouseStore {
         let servers = rows
             .into_iter()
             .map(|row| {
-                let (open_drift, severity) = open.get(&row.server_name).cloned().unwrap_or_default();
+                let open = open.get(&row.server_name).cloned().unwrap_or_default();
                 Ok(ServerHealth {
                     status: parse_name::<ServerStatus>(&row.status)?,
                     schema_hash: row.schema_hash,
                     tool_count: row.tool_count,
                     last_seen: row.last_seen.map(timestamp).transpose()?,
                     latency_ms: row.latency_ms,
-                    open_drift,
-                    max_severity: severity.as_deref().map(parse_name).transpose()?,
+                    open_drift: open.events,
+                    open_changes: open.changes,
+                    max_severity: open.max_severity.as_deref().map(parse_name).transpose()?,
                     note: row.note,
                     server_name: row.server_name,
                 })

@@ -285,15 +285,23 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
 fn open_counts(
     connection: &Connection,
     project: &str,
-) -> Result<HashMap<String, (driftline_schemas::api::OpenDriftCounts, Option<String>)>, StoreError> {
+) -> Result<HashMap<String, views::OpenDrift>, StoreError> {
     let mut select = connection.prepare_cached(
         "SELECT server_name, max_classification, max_severity FROM schema_drift_events
          WHERE project = ?1 AND status = 'open'",
     )?;
-    let rows = select
+    let events = select
         .query_map(params![project], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(views::open_counts(rows))
+    let mut select = connection.prepare_cached(
+        "SELECT e.server_name, json_extract(c.value, '$.classification'), COUNT(*)
+         FROM schema_drift_events e, json_each(e.event, '$.changes') c
+         WHERE e.project = ?1 AND e.status = 'open' GROUP BY 1, 2",
+    )?;
+    let changes = select
+        .query_map(params![project], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(views::open_counts(events, changes))
 }
 
 fn signal_groups(
@@ -387,15 +395,16 @@ impl Store for SqliteStore {
             let mut servers = Vec::new();
             for row in rows {
                 let (server_name, status, schema_hash, tool_count, last_seen, note, latency_ms) = row?;
-                let (open_drift, severity) = open.get(&server_name).cloned().unwrap_or_default();
+                let open = open.get(&server_name).cloned().unwrap_or_default();
                 servers.push(ServerHealth {
                     status: parse_name::<ServerStatus>(&status)?,
                     schema_hash,
                     tool_count,
                     last_seen: last_seen.map(timestamp).transpose()?,
                     latency_ms,
-                    open_drift,
-                    max_severity: severity.as_deref().map(parse_name).transpose()?,
+                    open_drift: open.events,
+                    open_changes: open.changes,
+                    max_severity: open.max_severity.as_deref().map(parse_name).transpose()?,
                     note,
                     server_name,
                 });

@@ -53,6 +53,7 @@ pub(crate) fn with_trace_only_servers(
                 last_seen: None,
                 latency_ms: None,
                 open_drift: OpenDriftCounts::default(),
+                open_changes: OpenDriftCounts::default(),
                 max_severity: None,
                 note: Some(TRACE_ONLY_NOTE.to_owned()),
             });
@@ -64,30 +65,47 @@ pub(crate) fn with_trace_only_servers(
 
 pub const TRACE_ONLY_NOTE: &str = "seen in traces only: no tool list yet";
 
-/// Open drift per server from (server, max classification, max severity) of every open event.
+/// A server's open drift: events by worst classification, the changes inside them, the worst flag.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct OpenDrift {
+    pub events: OpenDriftCounts,
+    pub changes: OpenDriftCounts,
+    pub max_severity: Option<String>,
+}
+
+fn add(counts: &mut OpenDriftCounts, classification: Option<&str>, n: u32) {
+    match classification {
+        Some("BREAKING") => counts.breaking += n,
+        Some("WARNING") => counts.warning += n,
+        Some("COMPATIBLE") => counts.compatible += n,
+        _ => {}
+    }
+}
+
+/// Open drift per server from (server, max classification, max severity) of every open event and
+/// (server, classification, count) of the changes inside them.
 pub(crate) fn open_counts(
-    rows: impl IntoIterator<Item = (String, Option<String>, Option<String>)>,
-) -> HashMap<String, (OpenDriftCounts, Option<String>)> {
-    let mut counts: HashMap<String, (OpenDriftCounts, Option<String>)> = HashMap::new();
+    events: impl IntoIterator<Item = (String, Option<String>, Option<String>)>,
+    changes: impl IntoIterator<Item = (String, Option<String>, u32)>,
+) -> HashMap<String, OpenDrift> {
+    let mut open: HashMap<String, OpenDrift> = HashMap::new();
     let rank = |s: &Option<String>| match s.as_deref() {
         Some("high") => 3,
         Some("medium") => 2,
         Some("low") => 1,
         _ => 0,
     };
-    for (server, classification, severity) in rows {
-        let entry = counts.entry(server).or_default();
-        match classification.as_deref() {
-            Some("BREAKING") => entry.0.breaking += 1,
-            Some("WARNING") => entry.0.warning += 1,
-            Some("COMPATIBLE") => entry.0.compatible += 1,
-            _ => {}
-        }
-        if rank(&severity) > rank(&entry.1) {
-            entry.1 = severity;
+    for (server, classification, severity) in events {
+        let entry = open.entry(server).or_default();
+        add(&mut entry.events, classification.as_deref(), 1);
+        if rank(&severity) > rank(&entry.max_severity) {
+            entry.max_severity = severity;
         }
     }
-    counts
+    for (server, classification, count) in changes {
+        add(&mut open.entry(server).or_default().changes, classification.as_deref(), count);
+    }
+    open
 }
 
 /// Signals (as stored JSON, in detection order) grouped by tool and shape, newest group first.

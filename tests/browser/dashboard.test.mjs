@@ -68,7 +68,7 @@ test('servers page lists both demo servers with status, hash, tools and open dri
   await page.waitForSelector('#servers tbody tr');
   const rows = await page.locator('#servers tbody tr').evaluateAll((trs) => trs.map((tr) => tr.innerText));
   assert.equal(rows.length, 2);
-  assert.match(rows[0], /search-mcp[\s\S]*DEGRADED[\s\S]*[0-9a-f]{8}[\s\S]*4[\s\S]*1 breaking · 0 warning · 0 compatible/);
+  assert.match(rows[0], /search-mcp[\s\S]*DEGRADED[\s\S]*[0-9a-f]{8}[\s\S]*4[\s\S]*1 open event: 1 breaking · 1 warning · 1 compatible/);
   assert.match(rows[0], /high-severity security flag/);
   assert.match(rows[1], /weather-mcp[\s\S]*UP[\s\S]*2/);
   assert.equal(await page.locator('.status-DEGRADED').count(), 1);
@@ -86,6 +86,7 @@ test('drift tab: chips, colored cards, badges, before/after, flags, affected age
   await page.waitForSelector('.impact-tool');
   const chips = await page.locator('#summary-chips .chip').allInnerTexts();
   assert.deepEqual(chips, ['1 breaking', '1 warning', '1 compatible']);
+  assert.equal(await page.locator('#summary-chips .chips-label').innerText(), '1 open event:');
   const card = page.locator('article.event').first();
   assert.match(await card.getAttribute('class'), /worst-BREAKING/);
   const border = await card.evaluate((el) => getComputedStyle(el).borderLeftColor);
@@ -259,5 +260,27 @@ test('a probed stdio server shows its probe latency in the list and on its page'
   } finally {
     probed.kill();
     rmSync(probeDir, { recursive: true, force: true });
+  }
+});
+
+test('the server list and the Drift tab count open drift the same way', async () => {
+  const page = await newPage();
+  await page.goto(url);
+  await page.waitForSelector('#servers tbody tr');
+  for (const server of await page.locator('#servers tbody tr').evaluateAll((trs) => trs.map((tr) => tr.dataset.server))) {
+    await page.goto(url);
+    await page.waitForSelector('#servers tbody tr');
+    const listed = (await page.locator(`#servers tbody tr[data-server="${server}"] .open-drift`).innerText()).trim();
+    await page.goto(`${url}/#/servers/${encodeURIComponent(server)}/drift`);
+    await page.waitForSelector('#tab-drift');
+    const label = await page.locator('#summary-chips .chips-label').allInnerTexts();
+    const chips = Object.fromEntries(await page.locator('#summary-chips .chip').evaluateAll((els) =>
+      els.map((el) => [el.dataset.chip, el.innerText.split(' ')[0]])));
+    const shown = label.length
+      ? `${label[0]} ${chips.breaking || 0} breaking · ${chips.warning || 0} warning · ${chips.compatible || 0} compatible`
+      : 'none';
+    assert.equal(shown, listed, `${server}: the list says "${listed}", the Drift tab "${shown}"`);
+    const openCards = await page.locator('article.event.open').count();
+    assert.equal(listed === 'none' ? 0 : Number(listed.split(' ')[0]), openCards, `${server}: open event cards`);
   }
 });

@@ -413,6 +413,8 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
     assert_eq!(code, 0, "demo failed: {stderr}\n{stdout}");
     for expected in [
         "search-mcp   DEGRADED",
+        // Events, then the changes in them: the dashboard's words.
+        "(1 open event: 1 breaking · 1 warning · 1 compatible)",
         "1/2 servers healthy",
         "3 changes (1 breaking, 1 warning, 1 compatible)",
         "⚠ 3 high-severity security flags",
