@@ -231,11 +231,14 @@ struct WebhooksFile {
 pub struct ServerConfig {
     /// Address of the one HTTP port (ingest, API). Without API keys it must be a loopback address.
     pub bind: String,
+    /// Names clients may reach this server by (the `Host` header, without port), besides `localhost` and
+    /// loopback addresses in local mode. Set, they are enforced with API keys too (421 for any other).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { bind: "127.0.0.1:8000".into() }
+        ServerConfig { bind: "127.0.0.1:8000".into(), allowed_hosts: Vec::new() }
     }
 }
 
@@ -433,6 +436,16 @@ impl Config {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         self.bind_address()?;
+        for (index, host) in self.server.allowed_hosts.iter().enumerate() {
+            let valid = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'));
+            if !valid {
+                bail!("server.allowed_hosts[{index}] = {host:?}: a host name or address without port");
+            }
+        }
         for (index, key) in self.auth.keys.iter().enumerate() {
             if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 bail!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");

@@ -190,6 +190,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         }
     };
     let auth = Arc::new(Auth::new(config.auth.keys.clone()));
+    let local_mode = auth.is_open();
     let mut probes = Vec::new();
     let mut app = axum::Router::new();
     let mut documents = Vec::new();
@@ -250,7 +251,14 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         let document = driftline_api::openapi_document(documents);
         app = app.route("/openapi.json", axum::routing::get(move || async move { axum::Json(document) }));
     }
-    let app = app.layer(axum::middleware::from_fn(driftline_api::metrics::track));
+    // Without API keys a web page must not be able to drive a stage that holds project data.
+    let guard = driftline_api::guard::LocalGuard {
+        open: local_mode && role.serves_data(),
+        allowed_hosts: config.server.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+    };
+    let app = app
+        .layer(axum::middleware::from_fn_with_state(Arc::new(guard), driftline_api::guard::guard))
+        .layer(axum::middleware::from_fn(driftline_api::metrics::track));
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);

@@ -86,7 +86,10 @@ impl LocalGuard {
         }
         let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()).unwrap_or("");
         if site.eq_ignore_ascii_case("cross-site") {
-            return Some(refuse(StatusCode::FORBIDDEN, "cross-site request refused (no API keys: local mode)".into()));
+            return Some(refuse(
+                StatusCode::FORBIDDEN,
+                "cross-site request refused (no API keys: local mode)".into(),
+            ));
         }
         if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
             // The page's own origin is `http://<the Host it asked for>`; anything else is another site's.
@@ -150,10 +153,20 @@ mod tests {
     #[test]
     fn local_mode_serves_this_machine_only() {
         let open = LocalGuard { open: true, allowed_hosts: vec!["driftline.internal".into()] };
-        for host in ["127.0.0.1:8000", "localhost:8000", "LOCALHOST", "app.localhost:1", "[::1]:8000", "127.9.9.9", "driftline.internal:80"] {
+        for host in [
+            "127.0.0.1:8000",
+            "localhost:8000",
+            "LOCALHOST",
+            "app.localhost:1",
+            "[::1]:8000",
+            "127.9.9.9",
+            "driftline.internal:80",
+        ] {
             assert_eq!(check(&open, Method::GET, "/api/tools", &[("host", host)]), 200, "{host}");
         }
-        for host in ["evil.example", "evil.example:8000", "127.0.0.1.evil.example", "10.0.0.1:8000", "[::2]:8000"] {
+        for host in
+            ["evil.example", "evil.example:8000", "127.0.0.1.evil.example", "10.0.0.1:8000", "[::2]:8000"]
+        {
             assert_eq!(check(&open, Method::GET, "/api/tools", &[("host", host)]), 421, "{host}");
         }
         assert_eq!(check(&open, Method::GET, "/api/tools", &[]), 200, "no Host header (HTTP/1.0)");
@@ -167,7 +180,11 @@ mod tests {
         assert_eq!(post(&[host, JSON]), 200, "curl, SDKs: no Origin");
         assert_eq!(post(&[host, JSON, ("origin", "http://127.0.0.1:8000")]), 200, "the dashboard");
         assert_eq!(post(&[host, JSON, ("origin", "http://evil.example")]), 403);
-        assert_eq!(post(&[host, JSON, ("origin", "http://127.0.0.1:9999")]), 403, "another port is another origin");
+        assert_eq!(
+            post(&[host, JSON, ("origin", "http://127.0.0.1:9999")]),
+            403,
+            "another port is another origin"
+        );
         assert_eq!(post(&[host, JSON, ("origin", "null")]), 403, "sandboxed frames");
         assert_eq!(post(&[host, JSON, ("sec-fetch-site", "cross-site")]), 403);
         assert_eq!(post(&[host, ("content-type", "text/plain")]), 415);
@@ -178,17 +195,40 @@ mod tests {
         let otlp = [host, ("content-type", "application/x-protobuf")];
         assert_eq!(check(&open, Method::POST, "/v1/traces", &otlp), 200);
         assert_eq!(check(&open, Method::POST, "/v1/spans", &otlp), 415);
-        assert_eq!(check(&open, Method::PUT, "/api/servers/s/tools", &[host, ("content-type", "text/plain")]), 415);
-        assert_eq!(check(&open, Method::GET, "/api/tools", &[host, ("origin", "http://evil.example")]), 200, "reads are same-origin-policed by the browser");
+        assert_eq!(
+            check(&open, Method::PUT, "/api/servers/s/tools", &[host, ("content-type", "text/plain")]),
+            415
+        );
+        assert_eq!(
+            check(&open, Method::GET, "/api/tools", &[host, ("origin", "http://evil.example")]),
+            200,
+            "reads are same-origin-policed by the browser"
+        );
     }
 
     #[test]
     fn with_keys_only_configured_hosts_are_checked() {
         let keyed = LocalGuard { open: false, allowed_hosts: Vec::new() };
-        assert_eq!(check(&keyed, Method::POST, "/v1/spans", &[("host", "evil.example"), ("content-type", "text/plain")]), 200);
+        assert_eq!(
+            check(
+                &keyed,
+                Method::POST,
+                "/v1/spans",
+                &[("host", "evil.example"), ("content-type", "text/plain")]
+            ),
+            200
+        );
         let named = LocalGuard { open: false, allowed_hosts: vec!["driftline.example.com".into()] };
         assert_eq!(check(&named, Method::GET, "/api/tools", &[("host", "driftline.example.com:443")]), 200);
         assert_eq!(check(&named, Method::GET, "/api/tools", &[("host", "127.0.0.1:8000")]), 421);
-        assert_eq!(check(&named, Method::POST, "/v1/spans", &[("host", "driftline.example.com"), ("origin", "http://x")]), 200);
+        assert_eq!(
+            check(
+                &named,
+                Method::POST,
+                "/v1/spans",
+                &[("host", "driftline.example.com"), ("origin", "http://x")]
+            ),
+            200
+        );
     }
 }

@@ -4,6 +4,7 @@
 pub mod auth;
 mod dashboard;
 mod error;
+pub mod guard;
 pub mod metrics;
 mod params;
 mod routes;

@@ -31,6 +31,16 @@ static LATENCY: LazyLock<HistogramVec> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+/// Requests the local-mode guard refused, by status (421 host, 403 origin, 415 content type).
+pub static GUARD_REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_http_guard_refusals_total",
+        "Requests refused because a web page on another site could have sent them",
+        &["status"]
+    )
+    .expect("metric names are static and valid")
+});
+
 /// Middleware: counts and times every request, and logs it, under its route template (not the raw path,
 /// which would make a label per server name).
 pub async fn track(request: Request, next: Next) -> Response {

@@ -49,7 +49,9 @@ class ApiError extends Error {
 }
 
 async function api(path, options = {}) {
-  const headers = { Accept: 'application/json', ...(options.body ? { 'Content-Type': 'application/json' } : {}) };
+  // Every write names its type, body or not: without API keys driftline refuses the types a form can send.
+  const writes = options.method && options.method !== 'GET';
+  const headers = { Accept: 'application/json', ...(writes ? { 'Content-Type': 'application/json' } : {}) };
   const key = sessionStorage.getItem(KEY);
   if (key) headers.Authorization = `Bearer ${key}`;
   const response = await fetch(path, { ...options, headers });
@@ -111,7 +113,7 @@ async function serversPage() {
   if (servers.length === 0) {
     return [h('h1', {}, 'Servers'), emptyBox(
       'No MCP servers yet. Send a server\'s tool list and driftline keeps it as the baseline:',
-      'curl -X PUT http://127.0.0.1:8000/api/servers/my-server/tools -d @tools.json',
+      'curl -X PUT http://127.0.0.1:8000/api/servers/my-server/tools -H "Content-Type: application/json" -d @tools.json',
       'Then send tool-call spans to POST /v1/spans, or run `make demo` to see a scripted scenario.',
     )];
   }

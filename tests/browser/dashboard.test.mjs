@@ -7,6 +7,7 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
+import { createServer } from 'node:http';
 import { chromium } from 'playwright-core';
 
 const BIN = process.env.DRIFTLINE_BIN || path.resolve('../../target/debug/driftline');
@@ -195,6 +196,37 @@ test('an SDK upgrade that changes nothing for clients is in history, accepted, a
   assert.deepEqual(await page.locator('article.event .badge.kind').allInnerTexts(), ['title_changed', 'title_changed']);
   assert.equal(await page.locator('button.accept').count(), 0);
   console.log(`sdk upgrade: ${await shot(page, 'sdk-upgrade')}`);
+});
+
+test('a page on another origin cannot accept a baseline or send spans (local mode)', async () => {
+  // The attacker's page, served from another origin: an auto-submitting form and a no-cors fetch, the two
+  // requests a browser sends cross-site without asking.
+  const attack = `<!doctype html><html><body>
+    <form id="f" method="POST" action="${url}/api/health/servers/search-mcp/drift-accept" enctype="text/plain">
+      <input name='{"x":"' value='"}'></form>
+    <script>
+      fetch('${url}/v1/spans', { method: 'POST', mode: 'no-cors', headers: { 'Content-Type': 'text/plain' },
+        body: JSON.stringify([{ span_id: 'forged', session_id: 's', agent_name: 'forger', server: 'search-mcp',
+          tool: 'forged_tool', started_at: '2026-03-26T08:15:42.000Z', duration_ms: 1, status: 'success' }]) })
+        .catch(() => {}).finally(() => { document.title = 'sent'; document.getElementById('f').submit(); });
+    </script></body></html>`;
+  const evil = createServer((req, res) => { res.writeHead(200, { 'Content-Type': 'text/html' }); res.end(attack); });
+  await new Promise((resolve) => evil.listen(0, '127.0.0.1', resolve));
+  // "localhost" and 127.0.0.1 are different origins (and different sites to the browser).
+  const evilUrl = `http://localhost:${evil.address().port}/`;
+  const page = await browser.newPage();
+  try {
+    await page.goto(evilUrl);
+    await page.waitForURL(/drift-accept/, { timeout: 10_000 });
+    assert.match(await page.content(), /cross-origin request refused|cross-site request refused/);
+  } finally {
+    await page.close();
+    evil.close();
+  }
+  const health = await fetch(`${url}/api/health/servers/search-mcp`).then((r) => r.json());
+  assert.equal(health.status, 'DEGRADED', 'the poisoned list is still waiting for review');
+  const tools = await fetch(`${url}/api/tools`).then((r) => r.json());
+  assert.ok(!tools.some((t) => t.tool === 'forged_tool'), 'no forged span was stored');
 });
 
 test('accepting the baseline turns the server UP and keeps the event, marked accepted', async () => {
