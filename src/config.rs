@@ -314,6 +314,9 @@ pub struct DetectorConfig {
     /// For tests only: the detector pauses this long after each stored batch, to be slower than its
     /// input (the consumer-lag tests). 0 in any real deployment. [0, 10000]
     pub test_batch_pause_ms: u64,
+    /// For tests only: the detector worker stops after this many batches, as a crashed one would (the
+    /// process then reports not ready and exits non-zero). 0: never.
+    pub test_stop_after_batches: u64,
 }
 
 impl Default for DetectorConfig {
@@ -327,6 +330,7 @@ impl Default for DetectorConfig {
             high_risk_sessions: 10,
             repeat_window_hours: 24,
             test_batch_pause_ms: 0,
+            test_stop_after_batches: 0,
         }
     }
 }

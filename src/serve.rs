@@ -144,6 +144,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         thresholds: config.detector.thresholds(),
         repeat_window_hours: config.detector.repeat_window_hours,
         throttle: Duration::from_millis(config.detector.test_batch_pause_ms),
+        stop_after_batches: Some(config.detector.test_stop_after_batches).filter(|&n| n > 0),
     };
     let store =
         if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };
@@ -189,6 +190,10 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             (Arc::new(bus.clone()), Some(bus))
         }
     };
+    // The worker is supervised: if it stops or panics before shutdown, the process is not ready and exits.
+    let (worker_failed, worker_failure) = tokio::sync::oneshot::channel::<String>();
+    let supervisor =
+        worker_task.take().map(|task| tokio::spawn(supervise(task, stop.subscribe(), worker_failed)));
     let auth = Arc::new(Auth::new(config.auth.keys.clone()));
     let local_mode = auth.is_open();
     let mut probes = Vec::new();
@@ -259,17 +264,60 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let app = app
         .layer(axum::middleware::from_fn_with_state(Arc::new(guard), driftline_api::guard::guard))
         .layer(axum::middleware::from_fn(driftline_api::metrics::track));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+    let stopping = async move {
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            Ok(_) = worker_failure => {
+                // A moment answering /readyz 503, so that load balancers stop sending before the exit.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    axum::serve(listener, app).with_graceful_shutdown(stopping).await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);
     // Probes close their sessions; a stdio server gets a few seconds to exit before it is killed.
     let _ = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(probes)).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), futures_util::future::join_all(notifiers)).await;
-    if let Some(task) = worker_task {
-        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    if let Some(supervisor) = supervisor {
+        let _ = supervisor.await;
+    }
+    if let Some(reason) = driftline_api::readiness::failure() {
+        anyhow::bail!("{reason}; exiting so that it is restarted");
     }
     tracing::info!(role = role.name(), "driftline stopped");
     Ok(())
+}
+
+/// Waits for the worker: a stop before shutdown (a panic, or a return) fails readiness and triggers the
+/// process's shutdown with the reason; at shutdown it gives the worker 10 s to store its batch.
+async fn supervise(
+    mut task: tokio::task::JoinHandle<()>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    failed: tokio::sync::oneshot::Sender<String>,
+) {
+    tokio::select! {
+        result = &mut task => {
+            let reason = match result {
+                Ok(()) => "it returned".to_owned(),
+                Err(err) if err.is_panic() => {
+                    let payload = err.into_panic();
+                    let message = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".to_owned());
+                    format!("it panicked: {message}")
+                }
+                Err(err) => err.to_string(),
+            };
+            driftline_api::readiness::fail(format!("the detector worker stopped ({reason})"));
+            let _ = failed.send(reason);
+        }
+        _ = async { stopping.wait_for(|stop| *stop).await.is_ok() } => {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
 }
 
 /// A stage that serves only `operations`: `driftline notify`.
@@ -302,6 +350,9 @@ fn operations(store: Option<Arc<dyn Store>>, kafka: Option<KafkaBus>) -> axum::R
         let (store, kafka) = (store.clone(), kafka.clone());
         async move {
             let mut problems = Vec::new();
+            if let Some(reason) = driftline_api::readiness::failure() {
+                problems.push(reason);
+            }
             if let Some(store) = store {
                 if let Err(err) = store.ping().await {
                     problems.push(format!("store: {err}"));

@@ -1021,3 +1021,37 @@ fn clickhouse_keeps_the_notifiers_cursor() {
         support::check_notification_cursor(&store).await;
     });
 }
+
+/// `driftline detect` whose worker stops: /readyz 503, then a non-zero exit (Kubernetes restarts the pod).
+#[test]
+fn a_detect_stage_whose_worker_stops_fails_readiness_and_exits() {
+    let dir = temp_dir("split-worker-stops");
+    let mut env = environment("worker-stops");
+    let stages = Stages::migrated(env.clone(), &dir);
+    let ingest = stages.start("ingest", "ingest");
+    env.push(("DRIFTLINE__DETECTOR__TEST_STOP_AFTER_BATCHES".into(), "1".into()));
+    let detect = Stages { env, dir: dir.clone() }.start("detect", "detect");
+    let client = detect.client(None);
+    wait_until(30, "the detector to be ready", || match client.get("/readyz").0 {
+        200 => Ok(()),
+        status => Err(status.to_string()),
+    });
+    assert_eq!(
+        ingest
+            .client(None)
+            .post_json(
+                "/v1/spans",
+                &serde_json::json!([tool_span("srv", 0, 0, serde_json::json!({"id": 1}))])
+            )
+            .0,
+        202
+    );
+    wait_until(30, "/readyz to fail", || match client.get("/readyz") {
+        (503, body) if body["error"].as_str().is_some_and(|e| e.contains("detector worker stopped")) => {
+            Ok(())
+        }
+        other => Err(format!("{other:?}")),
+    });
+    let status = detect.wait_exit(30);
+    assert!(!status.success(), "exit status {status}");
+}

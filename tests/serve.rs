@@ -574,3 +574,25 @@ fn allowed_hosts_extend_local_mode_and_bind_keyed_servers() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("server.allowed_hosts[0]"), "{stderr}");
 }
+
+/// A detector worker that stops (as a crashed one would) makes the process not ready, then exit non-zero
+/// with the reason: the orchestrator restarts it, instead of detection stopping while /readyz says 200.
+#[test]
+fn a_stopped_worker_fails_readiness_and_the_process_exits() {
+    let dir = temp_dir("worker-stops");
+    let server = Server::start(&dir, None, &[("DRIFTLINE__DETECTOR__TEST_STOP_AFTER_BATCHES", "1")]);
+    let client = server.client(None);
+    assert_eq!(client.get("/readyz").0, 200);
+    assert_eq!(client.post_json("/v1/spans", &json!([span("s1", "t", json!({"k": 1}))])).0, 202);
+    support::wait_until(10, "/readyz to fail", || match client.get("/readyz") {
+        (503, body) if body["error"].as_str().is_some_and(|e| e.contains("detector worker stopped")) => {
+            Ok(())
+        }
+        other => Err(format!("{other:?}")),
+    });
+    let data_dir = server.data_dir.clone();
+    let status = server.wait_exit(20);
+    assert!(!status.success(), "exit status {status}");
+    let log = std::fs::read_to_string(data_dir.join("stderr.log")).unwrap_or_default();
+    assert!(log.contains("the detector worker stopped"), "{log}");
+}

@@ -7,6 +7,7 @@ mod error;
 pub mod guard;
 pub mod metrics;
 mod params;
+pub mod readiness;
 mod routes;
 
 use std::sync::Arc;

@@ -293,6 +293,9 @@ async fn healthz() -> Answer {
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses((status = 200, description = "The store answers"), (status = 503, body = ErrorBody)))]
 async fn readyz(State(state): State<ApiState>) -> Answer {
+    if let Some(reason) = crate::readiness::failure() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+    }
     state.store.ping().await?;
     ok(json!({"status": "ready"}))
 }

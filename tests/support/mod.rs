@@ -87,6 +87,18 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// Waits up to `seconds` for the process to exit by itself.
+    pub fn wait_exit(mut self, seconds: u64) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "driftline {} did not exit within {seconds} s", self.stage);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, then waits for a clean exit.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();

@@ -46,6 +46,8 @@ pub struct WorkerSettings {
     pub repeat_window_hours: u32,
     /// A pause after each stored batch: zero, except in tests that need a detector slower than its input.
     pub throttle: Duration,
+    /// Tests of supervision only: the worker stops after this many stored batches, as a crashed one would.
+    pub stop_after_batches: Option<u64>,
 }
 
 impl Default for WorkerSettings {
@@ -54,6 +56,7 @@ impl Default for WorkerSettings {
             thresholds: DetectorThresholds::default(),
             repeat_window_hours: 24,
             throttle: Duration::ZERO,
+            stop_after_batches: None,
         }
     }
 }
@@ -293,10 +296,16 @@ impl<C: Consumer> Worker<C> {
     /// progress is finished (stored) before it stops, so a stop loses no work and leaves the group clean.
     pub async fn run(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(100);
+        let mut batches = 0u64;
         while !*shutdown.borrow() {
             match self.poll_once(500, Duration::from_millis(500)).await {
                 Ok(progress) => {
                     backoff = Duration::from_millis(100);
+                    batches += u64::from(progress.records > 0);
+                    if self.settings.stop_after_batches.is_some_and(|limit| batches >= limit) {
+                        tracing::warn!(batches, "detector worker stops (detector.test_stop_after_batches)");
+                        return;
+                    }
                     if progress.records > 0 && !self.settings.throttle.is_zero() {
                         tokio::time::sleep(self.settings.throttle).await;
                     }
