@@ -252,3 +252,85 @@ fn deflate_and_server_side_spans_of_a_server_seen_only_in_traces() {
     );
     assert_eq!(status, 400);
 }
+
+/// OTLP spans meet the same checks and limits as /v1/spans: names, ids, durations, the batch size; and the
+/// answer quotes a bad value instead of echoing it.
+#[test]
+fn otlp_spans_pass_the_same_checks_as_span_batches() {
+    let dir = temp_dir("otlp-parity");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let post = |request: &ExportTraceServiceRequest| {
+        client.send_with(
+            "POST",
+            "/v1/traces",
+            &request.encode_to_vec(),
+            &[("Content-Type", "application/x-protobuf")],
+        )
+    };
+    let tool_span = |span_id: Vec<u8>, tool: &str, server: &str, duration_ns: u64| Span {
+        trace_id: vec![7; 16],
+        span_id,
+        name: format!("execute_tool {tool}"),
+        start_time_unix_nano: now_ns(),
+        end_time_unix_nano: now_ns() + duration_ns,
+        attributes: vec![
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", tool),
+            kv("mcp.server.name", server),
+        ],
+        ..Default::default()
+    };
+    let request = |spans: Vec<Span>| ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+            ..Default::default()
+        }],
+    };
+    let huge = "t".repeat(1 << 20);
+    let (status, answer) = post(&request(vec![
+        tool_span(vec![1; 8], &huge, "srv", 1_000_000),
+        tool_span(vec![2; 8], "ok", "..", 1_000_000),
+        tool_span(vec![3; 8], "ok", "srv", 2 * 86_400_000_000_000),
+        tool_span(vec![4; 8], "fine", "srv", 1_000_000),
+    ]));
+    assert_eq!(status, 200, "{answer}");
+    let response = ExportTraceServiceResponse::decode(
+        answer
+            .as_array()
+            .map(|b| b.iter().filter_map(|v| v.as_u64()).map(|v| v as u8).collect::<Vec<u8>>())
+            .unwrap_or_default()
+            .as_slice(),
+    )
+    .expect("an OTLP response");
+    let partial = response.partial_success.expect("partial success");
+    assert_eq!(partial.rejected_spans, 3, "{partial:?}");
+    assert!(
+        partial.error_message.len() < 2_000,
+        "the answer quotes, it does not echo: {} bytes",
+        partial.error_message.len()
+    );
+    for reason in ["tool must be 1-256", "invalid server name", "duration_ms must be"] {
+        assert!(partial.error_message.contains(reason), "{reason}: {}", partial.error_message);
+    }
+    support::wait_until(10, "the one good span", || {
+        let tools = client.get("/api/tools").1;
+        (tools.as_array().map(Vec::len) == Some(1) && tools[0]["tool"] == "fine")
+            .then_some(())
+            .ok_or(tools.to_string())
+    });
+    // More tool calls than a span batch may hold: refused whole.
+    let many: Vec<Span> =
+        (0..1001u64).map(|i| tool_span(i.to_be_bytes().to_vec(), "bulk", "srv", 1)).collect();
+    let (status, answer) = post(&request(many));
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("at most 1000")), "{answer}");
+    // Content types and encodings are case-insensitive.
+    let (status, answer) = client.send_with(
+        "POST",
+        "/v1/traces",
+        &request(vec![]).encode_to_vec(),
+        &[("Content-Type", "Application/X-Protobuf")],
+    );
+    assert_eq!(status, 200, "{answer}");
+}

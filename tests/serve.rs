@@ -596,3 +596,65 @@ fn a_stopped_worker_fails_readiness_and_the_process_exits() {
     let log = std::fs::read_to_string(data_dir.join("stderr.log")).unwrap_or_default();
     assert!(log.contains("the detector worker stopped"), "{log}");
 }
+
+/// Bounds every span meets, with answers that quote a bad value instead of echoing it.
+#[test]
+fn span_bounds_versions_and_quoted_errors() {
+    let dir = temp_dir("span-bounds");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let refused = |spans: Value, reason: &str| {
+        let (status, body) = client.post_json("/v1/spans", &spans);
+        assert_eq!(status, 400, "{body}");
+        let text = body.to_string();
+        assert!(text.contains(reason), "{reason}: {text}");
+        assert!(text.len() < 2_000, "quoted, not echoed: {} bytes", text.len());
+    };
+    let mut long_duration = span("s1", "t", json!(1));
+    long_duration["duration_ms"] = json!(1e300);
+    refused(json!([long_duration]), "duration_ms must be a number in [0, 86400000]");
+    let mut long_id = span(&"x".repeat(300), "t", json!(1));
+    long_id["agent_name"] = json!("a");
+    refused(json!([long_id]), "span_id must be 1-256 bytes");
+    let mut dots = span("s2", "t", json!(1));
+    dots["server"] = json!("..");
+    refused(json!([dots]), "invalid server name");
+    let mut future = span("s3", "t", json!(1));
+    future["schema_version"] = json!(7);
+    refused(json!([future]), "schema_version 7 is not supported");
+    refused(json!([span("s4", &"t".repeat(1 << 20), json!(1))]), "tool must be 1-256");
+    let mut huge_server = span("s5", "t", json!(1));
+    huge_server["server"] = json!("s".repeat(1 << 20));
+    refused(json!([huge_server]), "invalid server name");
+    // `.` and `..` cannot name a server on the tool-list path either.
+    let local = server.url.trim_start_matches("http://").to_owned();
+    let headers = [("Host", local.as_str()), ("Content-Type", "application/json")];
+    for name in ["%2E", "%2E%2E"] {
+        let (status, body) =
+            raw_request(&server.url, "PUT", &format!("/api/servers/{name}/tools"), &headers, "[]");
+        assert_eq!(status, 400, "{name}: {body}");
+    }
+    assert_eq!(client.get("/api/tools").1, json!([]), "nothing was stored");
+}
+
+#[test]
+fn the_auth_scheme_is_case_insensitive() {
+    let dir = temp_dir("bearer-case");
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!("[[auth.keys]]\nproject = \"p\"\nscopes = [\"read\"]\nsha256 = \"{}\"\n", sha("k3y")),
+    )
+    .expect("config");
+    let server = Server::start(&dir, Some(&config), &[]);
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let header = format!("{scheme} k3y");
+        let (status, _) =
+            raw_request(&server.url, "GET", "/api/health/servers", &[("Authorization", header.as_str())], "");
+        assert_eq!(status, 200, "{scheme}");
+    }
+    assert_eq!(
+        raw_request(&server.url, "GET", "/api/health/servers", &[("Authorization", "Basic k3y")], "").0,
+        401
+    );
+}

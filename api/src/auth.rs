@@ -80,8 +80,10 @@ impl Auth {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(|v| v.split_once(' '))
+            // The scheme is case-insensitive (RFC 9110 §11.1): `bearer` and `BEARER` are Bearer too.
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .ok_or(AuthError::Unauthenticated)?;
         let digest = hash_key(token);
         let key = self.keys.iter().find(|k| k.sha256 == digest).ok_or(AuthError::Unauthenticated)?;

@@ -61,8 +61,24 @@ impl From<driftline_bus::BusError> for ApiError {
     }
 }
 
+/// Longest error message and detail reason answered: a bad value is quoted, never echoed whole.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+fn bounded(text: String) -> String {
+    if text.chars().count() <= MAX_MESSAGE_CHARS {
+        return text;
+    }
+    let mut cut: String = text.chars().take(MAX_MESSAGE_CHARS).collect();
+    cut.push_str("… (cut)");
+    cut
+}
+
 impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+    fn into_response(mut self) -> Response {
+        self.body.error = bounded(std::mem::take(&mut self.body.error));
+        for detail in &mut self.body.details {
+            detail.reason = bounded(std::mem::take(&mut detail.reason));
+        }
         let mut response = (self.status, Json(self.body)).into_response();
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, seconds.into());

@@ -270,9 +270,14 @@ fn otlp_response(encoding: OtlpEncoding, rejected: &[String]) -> Response {
     use opentelemetry_proto::tonic::collector::trace::v1::{
         ExportTracePartialSuccess, ExportTraceServiceResponse,
     };
-    let partial_success = (!rejected.is_empty()).then(|| ExportTracePartialSuccess {
-        rejected_spans: rejected.len() as i64,
-        error_message: rejected.join("; "),
+    // The first few reasons name the problem; all of them could be as large as the request.
+    const SHOWN: usize = 5;
+    let partial_success = (!rejected.is_empty()).then(|| {
+        let mut error_message = rejected.iter().take(SHOWN).cloned().collect::<Vec<_>>().join("; ");
+        if rejected.len() > SHOWN {
+            error_message.push_str(&format!("; and {} more", rejected.len() - SHOWN));
+        }
+        ExportTracePartialSuccess { rejected_spans: rejected.len() as i64, error_message }
     });
     let response = ExportTraceServiceResponse { partial_success };
     match encoding {
@@ -335,7 +340,8 @@ async fn traces(
     let who = state.auth.authorize(&headers, Scope::Ingest)?;
     let content_type =
         headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let encoding = match content_type.split(';').next().map(str::trim) {
+    let media = content_type.split(';').next().map(|m| m.trim().to_ascii_lowercase());
+    let encoding = match media.as_deref() {
         Some("application/x-protobuf") => OtlpEncoding::Protobuf,
         Some("application/json") => OtlpEncoding::Json,
         _ => {
@@ -371,12 +377,24 @@ async fn traces(
             .map_err(|err| ApiError::bad_request(format!("not an OTLP ExportTraceServiceRequest: {err}")))?,
     };
     let mapped = otlp::map_request(&request);
+    // The same limits and checks as /v1/spans.
+    if mapped.spans.len() > state.limits.max_spans_per_batch {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "{} tool-call spans in one request; at most {} are accepted",
+                mapped.spans.len(),
+                state.limits.max_spans_per_batch
+            ),
+        ));
+    }
     let now = (state.clock)();
     let mut messages = Vec::with_capacity(mapped.spans.len());
     let mut rejected = mapped.rejected;
     for span in &mapped.spans {
-        if let Err(err) = valid_server_name(&span.server) {
-            rejected.push(format!("span {}: {}", span.span_id, err.body.error));
+        if let Err(reason) = span.check() {
+            let id: String = span.span_id.chars().take(64).collect();
+            rejected.push(format!("span {id:?}: {reason}"));
             continue;
         }
         let record = record_from_span(span, &who.project, now);

@@ -77,9 +77,10 @@ pub fn map_request(request: &ExportTraceServiceRequest) -> Mapped {
                 }
                 match tool_call(span, &attrs, &resource) {
                     Ok(call) => mapped.spans.push(call),
-                    Err(reason) => {
-                        mapped.rejected.push(format!("span {}: {reason}", hex::encode(&span.span_id)))
-                    }
+                    Err(reason) => mapped.rejected.push(format!(
+                        "span {}: {reason}",
+                        hex::encode(span.span_id.get(..32).unwrap_or(&span.span_id))
+                    )),
                 }
             }
         }

@@ -33,6 +33,21 @@ pub use tool_list::{McpTool, ProbeFailure, SnapshotSource, ToolListSnapshot};
 /// Version written into every message this build produces, and the only one it reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// `schema_version` of an input message: absent means the current one; any other than it is refused (a
+/// message of a later version may mean something this build would misread).
+pub(crate) fn known_schema_version<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<u32, D::Error> {
+    let version = <u32 as serde::Deserialize>::deserialize(deserializer)?;
+    if version == SCHEMA_VERSION {
+        Ok(version)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "schema_version {version} is not supported: this driftline reads version {SCHEMA_VERSION}"
+        )))
+    }
+}
+
 /// JSON Schema (draft 2020-12) of a [`ToolListSnapshot`] record on the `tool-lists` topic.
 pub const TOOL_LIST_SNAPSHOT_JSON_SCHEMA: &str = include_str!("../json/tool-list-snapshot.v1.json");
 /// JSON Schema (draft 2020-12) of a raw [`ToolCallSpan`] record on the `spans` topic.

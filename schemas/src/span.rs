@@ -19,7 +19,7 @@ pub enum CallStatus {
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallSpan {
-    #[serde(default = "schema_version")]
+    #[serde(default = "schema_version", deserialize_with = "crate::known_schema_version")]
     pub schema_version: u32,
     /// Only present on spans published straight to Kafka; ingest takes it from the API key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,7 +91,7 @@ impl ShapeOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallRecord {
-    #[serde(default = "schema_version")]
+    #[serde(default = "schema_version", deserialize_with = "crate::known_schema_version")]
     pub schema_version: u32,
     pub project: String,
     pub span_id: String,
@@ -141,15 +141,26 @@ impl ToolCallRecord {
 
 /// Whether `name` can name a server: 1-256 characters from A-Z a-z 0-9 . _ : @ -.
 pub fn check_server_name(name: &str) -> Result<(), String> {
+    // `.` and `..` would be path segments to every browser and proxy: the dashboard could not reach them.
     let ok = !name.is_empty()
         && name.len() <= 256
+        && name != "."
+        && name != ".."
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'));
     if ok {
         Ok(())
     } else {
-        Err(format!("invalid server name {name:?}: use 1-256 characters from A-Z a-z 0-9 . _ : @ -"))
+        let shown: String = name.chars().take(64).collect();
+        Err(format!(
+            "invalid server name {shown:?}: use 1-256 characters from A-Z a-z 0-9 . _ : @ - (not . or ..)"
+        ))
     }
 }
+
+/// Longest span, trace and session id and agent name accepted.
+pub const MAX_ID_BYTES: usize = 256;
+/// Longest call duration accepted: a day.
+pub const MAX_DURATION_MS: f64 = 86_400_000.0;
 
 /// Whether `name` can name a project: 1-128 characters from A-Z a-z 0-9 . _ -, and not `.` or `..`.
 /// Keys are `project/server[/tool]`, so a project name must never hold a `/`.
@@ -172,15 +183,24 @@ pub fn check_project_name(name: &str) -> Result<(), String> {
 impl ToolCallSpan {
     /// The rules every span meets, from ingest or published straight to Kafka (DESIGN.md §8).
     pub fn check(&self) -> Result<(), String> {
-        if self.span_id.is_empty() {
-            return Err("span_id must not be empty".into());
+        if self.span_id.is_empty() || self.span_id.len() > MAX_ID_BYTES {
+            return Err(format!("span_id must be 1-{MAX_ID_BYTES} bytes"));
+        }
+        if self.trace_id.as_ref().is_some_and(|id| id.len() > MAX_ID_BYTES)
+            || self.session_id.as_ref().is_some_and(|id| id.len() > MAX_ID_BYTES)
+        {
+            return Err(format!("trace_id and session_id must be at most {MAX_ID_BYTES} bytes"));
+        }
+        if self.agent_name.as_ref().is_some_and(|name| name.len() > MAX_ID_BYTES) {
+            return Err(format!("agent_name must be at most {MAX_ID_BYTES} bytes"));
         }
         check_server_name(&self.server)?;
         if self.tool.is_empty() || self.tool.len() > 256 {
             return Err("tool must be 1-256 characters".into());
         }
-        if !(self.duration_ms.is_finite() && self.duration_ms >= 0.0) {
-            return Err("duration_ms must be a number >= 0".into());
+        // Bounded, so that sums and averages over any number of calls stay finite.
+        if !(self.duration_ms.is_finite() && (0.0..=MAX_DURATION_MS).contains(&self.duration_ms)) {
+            return Err(format!("duration_ms must be a number in [0, {MAX_DURATION_MS}] (one day)"));
         }
         Ok(())
     }

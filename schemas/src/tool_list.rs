@@ -23,7 +23,7 @@ pub enum SnapshotSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolListSnapshot {
-    #[serde(default = "schema_version")]
+    #[serde(default = "schema_version", deserialize_with = "crate::known_schema_version")]
     pub schema_version: u32,
     pub project: String,
     pub server: String,
@@ -39,7 +39,7 @@ pub struct ToolListSnapshot {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeFailure {
-    #[serde(default = "schema_version")]
+    #[serde(default = "schema_version", deserialize_with = "crate::known_schema_version")]
     pub schema_version: u32,
     pub project: String,
     pub server: String,
