@@ -317,7 +317,7 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     }
     letters.sort();
     assert_eq!(letters[0].0, "spans");
-    assert!(letters.iter().any(|(_, r)| r.contains("span_id must not be empty")), "{letters:?}");
+    assert!(letters.iter().any(|(_, r)| r.contains("span_id must be 1-256 bytes")), "{letters:?}");
     assert!(
         letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("not a tool-list snapshot")),
         "{letters:?}"
