@@ -351,11 +351,30 @@ impl DetectorConfig {
 pub struct LimitsConfig {
     pub max_body_bytes: usize,
     pub max_spans_per_batch: usize,
+    /// Tools in one list (ingest 413; from Kafka a dead letter; from a probe a failed probe). [1, 1000000]
+    pub max_tools_per_list: usize,
+    /// Nesting of JSON values within one tool (400 / dead letter). [8, 128]
+    pub max_schema_depth: usize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        LimitsConfig { max_body_bytes: 5 * 1024 * 1024, max_spans_per_batch: 1000 }
+        let tool_lists = driftline_schemas::ToolListLimits::default();
+        LimitsConfig {
+            max_body_bytes: 5 * 1024 * 1024,
+            max_spans_per_batch: 1000,
+            max_tools_per_list: tool_lists.max_tools,
+            max_schema_depth: tool_lists.max_depth,
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn tool_lists(&self) -> driftline_schemas::ToolListLimits {
+        driftline_schemas::ToolListLimits {
+            max_tools: self.max_tools_per_list,
+            max_depth: self.max_schema_depth,
+        }
     }
 }
 
@@ -529,6 +548,12 @@ impl Config {
             || !(1..=100).contains(&self.notify.max_attempts)
         {
             bail!("notify.queue_capacity must be in [1, 100000] and notify.max_attempts in [1, 100]");
+        }
+        if !(1..=1_000_000).contains(&self.limits.max_tools_per_list) {
+            bail!("limits.max_tools_per_list = {} must be in [1, 1000000]", self.limits.max_tools_per_list);
+        }
+        if !(8..=128).contains(&self.limits.max_schema_depth) {
+            bail!("limits.max_schema_depth = {} must be in [8, 128]", self.limits.max_schema_depth);
         }
         if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {
             bail!("limits.max_spans_per_batch and limits.max_body_bytes must be at least 1");

@@ -145,6 +145,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         repeat_window_hours: config.detector.repeat_window_hours,
         throttle: Duration::from_millis(config.detector.test_batch_pause_ms),
         stop_after_batches: Some(config.detector.test_stop_after_batches).filter(|&n| n > 0),
+        tool_lists: config.limits.tool_lists(),
     };
     let store =
         if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };
@@ -207,6 +208,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             project: config.probe.project.clone(),
             interval: Duration::from_secs(config.probe.interval_seconds),
             timeout: Duration::from_secs(config.probe.timeout_seconds),
+            limits: config.limits.tool_lists(),
         };
         probes = driftline_probe::spawn(
             config.probe.servers.clone(),
@@ -222,6 +224,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             limits: Limits {
                 max_body_bytes: config.limits.max_body_bytes,
                 max_spans_per_batch: config.limits.max_spans_per_batch,
+                tool_lists: config.limits.tool_lists(),
             },
             clock: now,
         });

@@ -267,6 +267,10 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     };
     send("tool-lists", "default/ext", tools(false).to_string());
     send("tool-lists", "default/ext", "{not json".to_owned());
+    // A list beyond limits.max_tools_per_list (5,000) would hold the detector: a dead letter instead.
+    let mut oversized = tools(false);
+    oversized["tools"] = (0..5_001).map(|i| json!({"name": format!("t{i}")})).collect();
+    send("tool-lists", "default/ext", oversized.to_string());
     for i in 0..20 {
         send("spans", "default/ext/lookup", span(i, json!({"id": i, "name": "n"})));
     }
@@ -294,7 +298,7 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     });
     assert_eq!(history[0]["changes"][0]["change_type"], "tool_added", "{history}");
 
-    // The dead-letter topic holds the three malformed records, each with its reason.
+    // The dead-letter topic holds the four unusable records, each with its reason.
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
         .set("group.id", format!("dead-letter-reader-{}", std::process::id()))
@@ -304,8 +308,8 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     consumer.subscribe(&[&format!("{prefix}dead-letters")]).expect("subscribe");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut letters = Vec::new();
-    while letters.len() < 3 {
-        assert!(std::time::Instant::now() < deadline, "waited 20 s for 3 dead letters; got {letters:?}");
+    while letters.len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "waited 20 s for 4 dead letters; got {letters:?}");
         if let Some(Ok(message)) = consumer.poll(std::time::Duration::from_millis(200)) {
             let letter: serde_json::Value =
                 serde_json::from_slice(message.payload().unwrap_or_default()).expect("dead letter JSON");
@@ -319,11 +323,15 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     assert_eq!(letters[0].0, "spans");
     assert!(letters.iter().any(|(_, r)| r.contains("span_id must be 1-256 bytes")), "{letters:?}");
     assert!(
+        letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("5001 tools in one list")),
+        "{letters:?}"
+    );
+    assert!(
         letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("not a tool-list snapshot")),
         "{letters:?}"
     );
     let metrics = split.endpoints().metrics();
-    assert!(metrics.contains("driftline_worker_dead_letters_total 3"), "{metrics}");
+    assert!(metrics.contains("driftline_worker_dead_letters_total 4"), "{metrics}");
     assert!(metrics.contains("driftline_worker_repeated_calls_total 1"), "{metrics}");
 }
 

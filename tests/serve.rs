@@ -658,3 +658,37 @@ fn the_auth_scheme_is_case_insensitive() {
         401
     );
 }
+
+/// Tool lists are bounded (limits.max_tools_per_list, limits.max_schema_depth): one record must never hold
+/// the detector, and every project behind it, for long.
+#[test]
+fn tool_lists_beyond_the_limits_are_refused_with_the_reason() {
+    let dir = temp_dir("tool-list-limits");
+    let server = Server::start(&dir, None, &[("DRIFTLINE__LIMITS__MAX_TOOLS_PER_LIST", "100")]);
+    let client = server.client(None);
+    let many: Vec<Value> = (0..101).map(|i| json!({"name": format!("t{i}")})).collect();
+    let (status, body) = client.put_json("/api/servers/big/tools", &Value::Array(many));
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains("101 tools in one list; at most 100")),
+        "{body}"
+    );
+    let deep = (0..70).fold(json!("leaf"), |inner, _| json!({"nested": inner}));
+    let (status, body) =
+        client.put_json("/api/servers/big/tools", &json!([{"name": "deep", "inputSchema": deep}]));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| e.contains("limits.max_schema_depth")), "{body}");
+    let fine: Vec<Value> = (0..100).map(|i| json!({"name": format!("t{i}")})).collect();
+    assert_eq!(client.put_json("/api/servers/big/tools", &Value::Array(fine)).0, 202);
+    client.wait_for("/api/health/servers/big", "the list at the limit", |s| s["tool_count"] == 100);
+    let (code, _, stderr) = {
+        let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
+            .args(["check-config"])
+            .env("DRIFTLINE__LIMITS__MAX_SCHEMA_DEPTH", "500")
+            .output()
+            .expect("run");
+        (output.status.code(), (), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("limits.max_schema_depth"), "{stderr}");
+}

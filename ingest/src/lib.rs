@@ -16,7 +16,9 @@ use driftline_api::{valid_server_name, ApiError, Auth, Scope};
 use driftline_bus::{Message, Producer, Topic};
 use driftline_detectors::shape::record_from_span;
 use driftline_schemas::api::{ErrorBody, ErrorDetail};
-use driftline_schemas::{SnapshotSource, Timestamp, ToolCallSpan, ToolListSnapshot};
+use driftline_schemas::{
+    SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot, ToolListTooLarge,
+};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -29,11 +31,16 @@ use utoipa_axum::routes;
 pub struct Limits {
     pub max_body_bytes: usize,
     pub max_spans_per_batch: usize,
+    pub tool_lists: ToolListLimits,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_body_bytes: 5 * 1024 * 1024, max_spans_per_batch: 1000 }
+        Limits {
+            max_body_bytes: 5 * 1024 * 1024,
+            max_spans_per_batch: 1000,
+            tool_lists: ToolListLimits::default(),
+        }
     }
 }
 
@@ -215,6 +222,19 @@ async fn tool_list(
     valid_server_name(&name)?;
     let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     let (tools, captured_at, source) = read_tool_list(&bytes, (state.clock)())?;
+    match state.limits.tool_lists.check(&tools) {
+        Ok(()) => {}
+        Err(err @ ToolListTooLarge::Tools(..)) => {
+            metrics::TOOL_LISTS.with_label_values(&["rejected"]).inc();
+            tracing::info!(project = %who.project, server = %name, reason = %err, "tool list refused");
+            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, err.to_string()));
+        }
+        Err(err) => {
+            metrics::TOOL_LISTS.with_label_values(&["rejected"]).inc();
+            tracing::info!(project = %who.project, server = %name, reason = %err, "tool list refused");
+            return Err(ApiError::bad_request(err.to_string()));
+        }
+    }
     let mut problems = Vec::new();
     let mut names = std::collections::BTreeSet::new();
     for (index, tool) in tools.iter().enumerate() {

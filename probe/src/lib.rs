@@ -38,6 +38,8 @@ pub struct ProbeSettings {
     pub interval: Duration,
     /// Connecting, and each full `tools/list`, must finish within this.
     pub timeout: Duration,
+    /// A larger list is reported as a failed probe (ingest and the detector would refuse it).
+    pub limits: driftline_schemas::ToolListLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -237,10 +239,12 @@ pub async fn run(
                     Some(within(settings.timeout, connect(&target.name, &endpoint, changed.clone())).await?);
                 started = Instant::now();
             }
-            match &session {
-                Some(open) => within(settings.timeout, list_all(open)).await,
-                None => Err(ProbeError::Connect("no session".into())),
-            }
+            let tools = match &session {
+                Some(open) => within(settings.timeout, list_all(open)).await?,
+                None => return Err(ProbeError::Connect("no session".into())),
+            };
+            settings.limits.check(&tools).map_err(|err| ProbeError::List(err.to_string()))?;
+            Ok(tools)
         }
         .await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;

@@ -28,7 +28,9 @@ pub use tool_drift::{
     ChangeType, Classification, Direction, EventStatus, SchemaChange, SchemaDriftEvent, SecurityFlag,
     ServerStatus, Severity,
 };
-pub use tool_list::{McpTool, ProbeFailure, SnapshotSource, ToolListSnapshot};
+pub use tool_list::{
+    json_depth, McpTool, ProbeFailure, SnapshotSource, ToolListLimits, ToolListSnapshot, ToolListTooLarge,
+};
 
 /// Version written into every message this build produces, and the only one it reads.
 pub const SCHEMA_VERSION: u32 = 1;

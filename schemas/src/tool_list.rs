@@ -53,6 +53,60 @@ impl ToolListSnapshot {
     }
 }
 
+/// How large a tool list may be: the detector's cost grows with it, and one record must never hold the
+/// detector (and every project behind it) for long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolListLimits {
+    pub max_tools: usize,
+    /// Nesting of JSON values within one tool.
+    pub max_depth: usize,
+}
+
+impl Default for ToolListLimits {
+    fn default() -> Self {
+        ToolListLimits { max_tools: 5_000, max_depth: 64 }
+    }
+}
+
+/// Why a tool list is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolListTooLarge {
+    #[error("{0} tools in one list; at most {1} are accepted (limits.max_tools_per_list)")]
+    Tools(usize, usize),
+    #[error("tool {0} is nested {1} levels deep; at most {2} are accepted (limits.max_schema_depth)")]
+    Depth(usize, usize, usize),
+}
+
+/// Nesting depth of a JSON value (a scalar is 0), without recursion: any input is safe.
+pub fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, depth)) = stack.pop() {
+        deepest = deepest.max(depth);
+        match value {
+            Value::Array(items) => stack.extend(items.iter().map(|item| (item, depth + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|item| (item, depth + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+impl ToolListLimits {
+    pub fn check(&self, tools: &[Value]) -> Result<(), ToolListTooLarge> {
+        if tools.len() > self.max_tools {
+            return Err(ToolListTooLarge::Tools(tools.len(), self.max_tools));
+        }
+        for (index, tool) in tools.iter().enumerate() {
+            let depth = json_depth(tool);
+            if depth > self.max_depth {
+                return Err(ToolListTooLarge::Depth(index, depth, self.max_depth));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A typed view of one MCP Tool object, for code that shows tools to people. Unknown fields are kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct McpTool {
@@ -75,6 +129,21 @@ pub struct McpTool {
 
 fn empty_object() -> Value {
     Value::Object(Map::new())
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn limits() {
+        let limits = ToolListLimits { max_tools: 2, max_depth: 3 };
+        let tool = |depth: usize| (0..depth).fold(Value::Null, |inner, _| serde_json::json!({"a": inner}));
+        assert_eq!(limits.check(&[tool(1), tool(3)]), Ok(()));
+        assert_eq!(limits.check(&[tool(1), tool(1), tool(1)]), Err(ToolListTooLarge::Tools(3, 2)));
+        assert_eq!(limits.check(&[tool(1), tool(4)]), Err(ToolListTooLarge::Depth(1, 4, 3)));
+        assert_eq!(json_depth(&tool(1_000)), 1_000);
+    }
 }
 
 #[cfg(test)]

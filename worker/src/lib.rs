@@ -48,6 +48,8 @@ pub struct WorkerSettings {
     pub throttle: Duration,
     /// Tests of supervision only: the worker stops after this many stored batches, as a crashed one would.
     pub stop_after_batches: Option<u64>,
+    /// Tool lists beyond these become dead letters: no record may hold the detector for long.
+    pub tool_lists: driftline_schemas::ToolListLimits,
 }
 
 impl Default for WorkerSettings {
@@ -57,6 +59,7 @@ impl Default for WorkerSettings {
             repeat_window_hours: 24,
             throttle: Duration::ZERO,
             stop_after_batches: None,
+            tool_lists: driftline_schemas::ToolListLimits::default(),
         }
     }
 }
@@ -387,6 +390,7 @@ impl<C: Consumer> Worker<C> {
             Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
                 Ok(snapshot) => check_owner(&snapshot.project, &snapshot.server)
                     .and_then(|()| check_key(record, &snapshot.key()))
+                    .and_then(|()| self.settings.tool_lists.check(&snapshot.tools).map_err(|e| e.to_string()))
                     .map(|()| self.tool_list(&snapshot, record, batch, dirty)),
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
