@@ -257,7 +257,15 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     tracing::info!(%address, role = role.name(), bus = ?config.storage.bus, store = ?config.storage.store, "driftline serving");
     if !documents.is_empty() {
         let document = driftline_api::openapi_document(documents);
-        app = app.route("/openapi.json", axum::routing::get(move || async move { axum::Json(document) }));
+        // Serialised once: every connection shares these bytes instead of holding a copy of the document.
+        let document = axum::body::Bytes::from(serde_json::to_vec(&document)?);
+        app = app.route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let body = document.clone();
+                async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], body) }
+            }),
+        );
     }
     // Without API keys a web page must not be able to drive a stage that holds project data.
     let guard = driftline_api::guard::LocalGuard {

@@ -692,3 +692,31 @@ fn tool_lists_beyond_the_limits_are_refused_with_the_reason() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("limits.max_schema_depth"), "{stderr}");
 }
+
+/// Hostile requests cannot grow /metrics: made-up methods and unknown paths share one series each.
+#[test]
+fn metrics_labels_come_from_a_closed_set() {
+    let dir = temp_dir("metric-labels");
+    let server = Server::start(&dir, None, &[]);
+    let local = server.url.trim_start_matches("http://").to_owned();
+    for i in 0..50 {
+        let method = format!("BREW{i}");
+        raw_request(&server.url, &method, &format!("/no/such/path/{i}"), &[("Host", local.as_str())], "");
+    }
+    // Once, so that /metrics' own series exist before measuring.
+    server.client(None).get("/metrics");
+    let before = server.client(None).get("/metrics").1.as_str().unwrap_or_default().len();
+    for i in 50..100 {
+        let method = format!("BREW{i}");
+        raw_request(&server.url, &method, &format!("/no/such/path/{i}"), &[("Host", local.as_str())], "");
+    }
+    let metrics = server.client(None).get("/metrics").1;
+    let metrics = metrics.as_str().unwrap_or_default();
+    assert!(!metrics.contains("BREW") && !metrics.contains("/no/such"), "{metrics}");
+    assert!(metrics.contains("method=\"other\""), "{metrics}");
+    assert!(metrics.len() < before + 200, "grew from {before} to {} bytes", metrics.len());
+    // The OpenAPI document is served from shared bytes, as JSON.
+    let (status, document) = server.client(None).get("/openapi.json");
+    assert_eq!(status, 200);
+    assert!(document["paths"]["/v1/spans"].is_object(), "{document}");
+}
