@@ -5,7 +5,7 @@
 //! `schema_hash` always comes with at least one change.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use driftline_schemas::{ChangeType, Classification, Direction, SchemaChange, SecurityFlag, Severity};
 use serde_json::{json, Map, Value};
@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::canonical::{canonical_json, definition_hash};
 use super::classify::classify;
 use super::normal::{normalize_tools, NormalTool, ANNOTATION_DEFAULTS};
-use super::security::{self, review_text, TextContext, FREE_TEXT_PARAMETERS};
+use super::security::{self, review_text, TextContext, ToolNames, FREE_TEXT_PARAMETERS};
 
 /// Diffs two declared tool lists: what changed from `old` (the accepted baseline) to `new`.
 pub fn diff_tools(old: &[Value], new: &[Value]) -> Vec<SchemaChange> {
@@ -21,34 +21,45 @@ pub fn diff_tools(old: &[Value], new: &[Value]) -> Vec<SchemaChange> {
 }
 
 pub fn diff_normal(old: &[NormalTool], new: &[NormalTool]) -> Vec<SchemaChange> {
-    let tool_names: Vec<String> = new.iter().map(|t| t.name.clone()).collect();
-    let find = |list: &'_ [NormalTool], name: &str| list.iter().position(|t| t.name == name);
-    let removed: Vec<&NormalTool> = old.iter().filter(|t| find(new, &t.name).is_none()).collect();
-    let mut added: Vec<&NormalTool> = new.iter().filter(|t| find(old, &t.name).is_none()).collect();
+    // Each list indexed once by name, so the diff grows with the lists' length, not its square. A name
+    // declared twice resolves to its first declaration, as a scan from the start would.
+    let (old_by_name, new_by_name) = (index_by_name(old), index_by_name(new));
+    let tool_names = ToolNames::new(new.iter().map(|t| t.name.clone()).collect());
+    let removed: Vec<&NormalTool> =
+        old.iter().filter(|t| !new_by_name.contains_key(t.name.as_str())).collect();
+    let added: Vec<&NormalTool> = new.iter().filter(|t| !old_by_name.contains_key(t.name.as_str())).collect();
 
-    // A removed tool whose whole definition reappears under a new name was renamed.
-    let mut renames: Vec<(&NormalTool, &NormalTool)> = Vec::new();
+    // A removed tool whose whole definition reappears under a new name was renamed: each removed tool (in
+    // order) takes the first added tool with its definition that no earlier one took.
+    let mut by_definition: HashMap<String, VecDeque<usize>> = HashMap::new();
+    for (i, tool) in added.iter().enumerate() {
+        by_definition.entry(definition_hash(tool)).or_default().push_back(i);
+    }
+    let mut renamed_to: HashMap<&str, &str> = HashMap::new();
+    let mut taken: HashSet<usize> = HashSet::new();
     for gone in &removed {
-        let hash = definition_hash(gone);
-        if let Some(index) = added.iter().position(|t| definition_hash(t) == hash) {
-            renames.push((gone, added.remove(index)));
+        if let Some(i) = by_definition.get_mut(&definition_hash(gone)).and_then(VecDeque::pop_front) {
+            taken.insert(i);
+            renamed_to.entry(gone.name.as_str()).or_insert(added[i].name.as_str());
         }
     }
+    let still_added: HashSet<&str> =
+        added.iter().enumerate().filter(|(i, _)| !taken.contains(i)).map(|(_, t)| t.name.as_str()).collect();
 
     let mut changes = Vec::new();
     let names: BTreeSet<&str> = old.iter().chain(new).map(|t| t.name.as_str()).collect();
     for name in names {
         let mut differ = ToolDiffer { tool: name, tool_names: &tool_names, changes: &mut changes };
-        match (find(old, name).map(|i| &old[i]), find(new, name).map(|i| &new[i])) {
+        match (old_by_name.get(name).map(|&i| &old[i]), new_by_name.get(name).map(|&i| &new[i])) {
             (Some(before), Some(after)) => differ.tool(&before.definition, &after.definition),
             (Some(_), None) => {
-                let (kind, after) = match renames.iter().find(|(gone, _)| gone.name == name) {
-                    Some((_, renamed)) => (ChangeType::ToolRenamed, json!(renamed.name)),
+                let (kind, after) = match renamed_to.get(name) {
+                    Some(renamed) => (ChangeType::ToolRenamed, json!(renamed)),
                     None => (ChangeType::ToolRemoved, Value::Null),
                 };
                 differ.emit(kind, None, &Path::root(), json!(name), after, vec![]);
             }
-            (None, Some(after)) if added.iter().any(|t| t.name == name) => {
+            (None, Some(after)) if still_added.contains(name) => {
                 let flags = review_tool(after, &tool_names);
                 differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
             }
@@ -58,9 +69,17 @@ pub fn diff_normal(old: &[NormalTool], new: &[NormalTool]) -> Vec<SchemaChange> 
     changes
 }
 
+fn index_by_name(list: &[NormalTool]) -> HashMap<&str, usize> {
+    let mut by_name = HashMap::with_capacity(list.len());
+    for (i, tool) in list.iter().enumerate() {
+        by_name.entry(tool.name.as_str()).or_insert(i);
+    }
+    by_name
+}
+
 /// First-sight review of a tool: every model-visible text in it.
-pub fn review_tool(tool: &NormalTool, tool_names: &[String]) -> Vec<SecurityFlag> {
-    let context = TextContext { previous: None, own_tool: &tool.name, tool_names };
+pub fn review_tool(tool: &NormalTool, tool_names: &ToolNames) -> Vec<SecurityFlag> {
+    let context = TextContext { previous: None, own_tool: &tool.name, tool_names: Some(tool_names) };
     let mut flags = Vec::new();
     let mut texts: Vec<&str> = ["description", "title"]
         .iter()
@@ -203,7 +222,7 @@ const TOOL_FIELDS: &[&str] =
 
 struct ToolDiffer<'a> {
     tool: &'a str,
-    tool_names: &'a [String],
+    tool_names: &'a ToolNames,
     changes: &'a mut Vec<SchemaChange>,
 }
 
@@ -276,7 +295,7 @@ impl ToolDiffer<'_> {
         let context = TextContext {
             previous: old.and_then(Value::as_str),
             own_tool: self.tool,
-            tool_names: self.tool_names,
+            tool_names: Some(self.tool_names),
         };
         review_text(text, context)
     }

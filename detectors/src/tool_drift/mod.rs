@@ -20,6 +20,7 @@ pub use classify::classify;
 pub use diff::{diff_normal, diff_tools, review_tool};
 pub use explain::consequence;
 pub use normal::{normalize_root_schema, normalize_schema, normalize_tools, NormalTool, EQUIVALENCES};
+pub use security::ToolNames;
 
 /// Who accepts under the `auto` baseline policy.
 pub const AUTO_ACCEPTOR: &str = "auto";
@@ -138,7 +139,7 @@ impl ServerState {
         let current = HashedTools::new(snapshot.tools.clone());
         let Some(baseline) = &self.baseline else {
             let normal = normalize_tools(&current.tools);
-            let names: Vec<String> = normal.iter().map(|t| t.name.clone()).collect();
+            let names = ToolNames::new(normal.iter().map(|t| t.name.clone()).collect());
             let security_flags = normal
                 .iter()
                 .flat_map(|tool| review_tool(tool, &names).into_iter().map(|flag| (tool.name.clone(), flag)))

@@ -22,6 +22,8 @@ pub struct NormalTool {
 /// are left out; of two tools with one name the later wins (as with duplicate JSON keys). Sorted by name.
 pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
     let mut normal: Vec<NormalTool> = Vec::with_capacity(tools.len());
+    // Where each name sits in `normal`, so a later duplicate replaces it without a scan.
+    let mut position: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for tool in tools {
         let Some(object) = tool.as_object() else { continue };
         let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
@@ -53,8 +55,14 @@ pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
         if let Some(schema) = definition.get_mut("outputSchema").and_then(Value::as_object_mut) {
             schema.entry("type").or_insert_with(|| Value::String("object".into()));
         }
-        normal.retain(|t| t.name != name);
-        normal.push(NormalTool { name: name.to_owned(), definition });
+        let tool = NormalTool { name: name.to_owned(), definition };
+        match position.get(name) {
+            Some(&at) => normal[at] = tool,
+            None => {
+                position.insert(name.to_owned(), normal.len());
+                normal.push(tool);
+            }
+        }
     }
     normal.sort_by(|a, b| a.name.cmp(&b.name));
     normal

@@ -1,6 +1,8 @@
 //! Security review of model-visible text (DESIGN.md §5): descriptions and titles are read by the model,
 //! which makes them a tool-poisoning vector. Each rule family yields `{rule, severity, excerpt}` flags.
 
+use std::collections::BTreeSet;
+
 use driftline_schemas::{SecurityFlag, Severity};
 
 pub const HIDDEN_INSTRUCTION_TAG: &str = "hidden_instruction_tag";
@@ -54,6 +56,42 @@ pub const FREE_TEXT_PARAMETERS: &[&str] = &[
     "note", "notes", "context", "metadata", "feedback", "comment", "comments", "sidenote", "details", "extra",
 ];
 
+/// Every tool name in a snapshot, searchable in one pass over a text: a description naming another tool
+/// may shadow it. One automaton over all names (Aho-Corasick) finds the candidates, so a text costs its
+/// length, not its length times the number of tools.
+#[derive(Debug, Clone, Default)]
+pub struct ToolNames {
+    names: Vec<String>,
+    /// Over the names of 3 or more bytes; pattern `k` is `names[searched[k]]`.
+    matcher: Option<aho_corasick::AhoCorasick>,
+    searched: Vec<usize>,
+}
+
+impl ToolNames {
+    pub fn new(names: Vec<String>) -> Self {
+        let searched: Vec<usize> = (0..names.len()).filter(|&i| names[i].len() >= 3).collect();
+        let matcher = aho_corasick::AhoCorasick::new(searched.iter().map(|&i| names[i].as_str())).ok();
+        ToolNames { names, matcher, searched }
+    }
+
+    /// The first name in snapshot order (other than `own`) that `text` mentions as a word: its position
+    /// in `text` and length.
+    fn first_mentioned(&self, text: &str, own: &str) -> Option<(usize, usize)> {
+        let candidates: BTreeSet<usize> = match &self.matcher {
+            Some(matcher) => {
+                matcher.find_overlapping_iter(text).map(|m| self.searched[m.pattern().as_usize()]).collect()
+            }
+            // Building the automaton cannot fail for names this short; if it did, check every name.
+            None => self.searched.iter().copied().collect(),
+        };
+        candidates
+            .into_iter()
+            .map(|i| self.names[i].as_str())
+            .filter(|name| *name != own)
+            .find_map(|name| find_word(text, name).map(|at| (at, name.len())))
+    }
+}
+
 /// Where a text sits, for rules that depend on its surroundings.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TextContext<'a> {
@@ -62,7 +100,7 @@ pub struct TextContext<'a> {
     /// The tool the text belongs to.
     pub own_tool: &'a str,
     /// Every tool name in the snapshot (a description naming another tool may shadow it).
-    pub tool_names: &'a [String],
+    pub tool_names: Option<&'a ToolNames>,
 }
 
 /// Reviews one model-visible text.
@@ -91,11 +129,7 @@ pub fn review_text(text: &str, context: TextContext<'_>) -> Vec<SecurityFlag> {
     if let Some((at, word)) = SECRET_WORDS.iter().find_map(|w| find_word(searchable, w).map(|at| (at, *w))) {
         flags.push(flag(SECRET_REFERENCE, Severity::High, text, at, word.len()));
     }
-    let shadowed = context
-        .tool_names
-        .iter()
-        .filter(|name| name.len() >= 3 && name.as_str() != context.own_tool)
-        .find_map(|name| find_word(text, name).map(|at| (at, name.len())));
+    let shadowed = context.tool_names.and_then(|names| names.first_mentioned(text, context.own_tool));
     if let Some((at, len)) = shadowed {
         flags.push(flag(SHADOWING, Severity::Medium, text, at, len));
     }
@@ -209,8 +243,9 @@ mod tests {
     use super::*;
 
     fn rules(text: &str, previous: Option<&str>) -> Vec<String> {
-        let names = ["search".to_owned(), "send_email".to_owned()];
-        let context = TextContext { previous, own_tool: "search", tool_names: &names };
+        let names = vec!["search".to_owned(), "send_email".to_owned()];
+        let names = ToolNames::new(names);
+        let context = TextContext { previous, own_tool: "search", tool_names: Some(&names) };
         review_text(text, context)
             .into_iter()
             .map(|f| format!("{}:{}", f.rule, f.severity.as_str()))
@@ -258,5 +293,23 @@ mod tests {
         let long = format!("{}<IMPORTANT>{}", "x".repeat(50), "y".repeat(50));
         let flags = review_text(&long, TextContext::default());
         assert_eq!(flags[0].excerpt, format!("…{}<IMPORTANT>{}…", "x".repeat(30), "y".repeat(29)));
+    }
+
+    proptest::proptest! {
+        /// The one-pass search finds exactly what a scan of every name with `find_word` finds.
+        #[test]
+        fn one_pass_name_search_equals_the_scan(
+            names in proptest::collection::vec("[a-c_.-]{0,5}", 0..8),
+            words in proptest::collection::vec("[a-c_. -]{0,6}", 0..8),
+            own in 0usize..8,
+        ) {
+            let text = words.join(" ");
+            let own = names.get(own).cloned().unwrap_or_default();
+            let naive = names
+                .iter()
+                .filter(|name| name.len() >= 3 && **name != own)
+                .find_map(|name| find_word(&text, name).map(|at| (at, name.len())));
+            proptest::prop_assert_eq!(ToolNames::new(names.clone()).first_mentioned(&text, &own), naive);
+        }
     }
 }
