@@ -720,3 +720,47 @@ fn metrics_labels_come_from_a_closed_set() {
     assert_eq!(status, 200);
     assert!(document["paths"]["/v1/spans"].is_object(), "{document}");
 }
+
+/// A key whose stored state cannot be read is quarantined (its records dead-lettered, counted, logged)
+/// instead of stopping every other key: before, the detector could not even start.
+#[test]
+fn an_unreadable_state_row_quarantines_its_key_and_the_rest_flows() {
+    let dir = temp_dir("quarantine");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    for name in ["srv-a", "srv-b"] {
+        assert_eq!(client.put_json(&format!("/api/servers/{name}/tools"), &json!([{"name": "t"}])).0, 202);
+        client.wait_for(&format!("/api/health/servers/{name}"), "the baseline", |s| s["status"] == "UP");
+    }
+    assert!(server.terminate().success());
+    let db = rusqlite::Connection::open(dir.join("driftline.db")).expect("open the store");
+    let changed = db
+        .execute(
+            "UPDATE detector_state SET state = '{broken' WHERE kind = 'server' AND key = 'default/srv-a'",
+            [],
+        )
+        .expect("corrupt one row");
+    assert_eq!(changed, 1);
+    drop(db);
+
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let two_tools = json!([{"name": "t"}, {"name": "u"}]);
+    assert_eq!(client.put_json("/api/servers/srv-a/tools", &two_tools).0, 202);
+    assert_eq!(client.put_json("/api/servers/srv-b/tools", &two_tools).0, 202);
+    client.wait_for("/api/health/servers/srv-b", "srv-b keeps flowing", |s| s["tool_count"] == 2);
+    let metrics = client.get("/metrics").1;
+    let metrics = metrics.as_str().unwrap_or_default();
+    assert!(metrics.contains("driftline_worker_quarantined_keys 1"), "{metrics}");
+    support::wait_until(10, "srv-a's list dead-lettered", || {
+        let metrics = client.get("/metrics").1;
+        let found = support::metric_value(
+            metrics.as_str().unwrap_or_default(),
+            "driftline_worker_dead_letters_total",
+        );
+        (found == Some(1.0)).then_some(()).ok_or(format!("{found:?}"))
+    });
+    assert_eq!(client.get("/api/health/servers/srv-a").1["tool_count"], 1, "srv-a is left as it was");
+    let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    assert!(log.contains("key quarantined"), "{log}");
+}

@@ -94,6 +94,9 @@ pub struct Worker<C> {
     settings_read_at: std::time::Instant,
     /// Partitions the lag gauge has a series for.
     lag_labels: Vec<String>,
+    /// Keys whose stored state cannot be read, with the reason: their records become dead letters (the
+    /// state stays in the store for repair) while every other key keeps flowing.
+    quarantined: BTreeMap<String, String>,
 }
 
 /// How often a member of a consumer group re-reads every project's thresholds from the store.
@@ -127,6 +130,7 @@ impl<C: Consumer> Worker<C> {
             tool_streams: HashMap::new(),
             settings_read_at: std::time::Instant::now(),
             lag_labels: Vec::new(),
+            quarantined: BTreeMap::new(),
         };
         worker.reload().await?;
         Ok(worker)
@@ -150,6 +154,7 @@ impl<C: Consumer> Worker<C> {
         self.server_streams.clear();
         self.tool_streams.clear();
         self.positions.clear();
+        self.quarantined.clear();
         self.restore(resume)?;
         self.consumer.rewind(&self.positions).await?;
         self.stale = false;
@@ -160,20 +165,24 @@ impl<C: Consumer> Worker<C> {
     /// Adds stored state, positions and settings to what memory holds.
     fn restore(&mut self, resume: Resume) -> Result<(), WorkerError> {
         for DetectorState { kind, key, stream, state } in resume.states {
-            let bad =
-                |err: serde_json::Error| WorkerError::State { key: key.clone(), reason: err.to_string() };
-            match kind.as_str() {
-                "server" => {
-                    self.servers.insert(key.clone(), serde_json::from_str(&state).map_err(bad)?);
-                    self.server_streams.insert(key, stream);
-                }
-                "tool" => {
-                    self.tools.insert(key.clone(), serde_json::from_str(&state).map_err(bad)?);
-                    self.tool_streams.insert(key, stream);
-                }
-                _ => {}
+            let read = match kind.as_str() {
+                "server" => serde_json::from_str(&state).map(|state| {
+                    self.servers.insert(key.clone(), state);
+                    self.server_streams.insert(key.clone(), stream);
+                }),
+                "tool" => serde_json::from_str(&state).map(|state| {
+                    self.tools.insert(key.clone(), state);
+                    self.tool_streams.insert(key.clone(), stream);
+                }),
+                _ => Ok(()),
+            };
+            // One unreadable row must not stop every key: that key is quarantined, the rest resume.
+            if let Err(err) = read {
+                tracing::error!(%key, %kind, error = %err, "detector state unreadable: key quarantined, its records go to dead letters");
+                self.quarantined.insert(key, format!("its stored {kind} state cannot be read ({err})"));
             }
         }
+        metrics::QUARANTINED_KEYS.set(self.quarantined.len() as i64);
         self.thresholds = resume.settings.into_iter().collect();
         self.settings_read_at = std::time::Instant::now();
         self.positions.extend(resume.positions);
@@ -384,6 +393,13 @@ impl<C: Consumer> Worker<C> {
         batch: &mut Batch,
         dirty: &mut Dirty,
     ) -> Result<(), String> {
+        if let Some(reason) = self.quarantined.get(&record.key) {
+            let reason = format!("key {} is quarantined: {reason}; repair or delete that row", record.key);
+            self.dead_letters += 1;
+            metrics::DEAD_LETTERS.inc();
+            tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, "record of a quarantined key skipped");
+            return Err(reason);
+        }
         let outcome = match record.topic {
             // Tool lists, probe failures and baseline acceptances share the server's partition, so an
             // acceptance applies in order with the lists, on the instance that owns the server.

@@ -111,6 +111,15 @@ pub static OLDEST_UNPROCESSED: LazyLock<Gauge> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+/// Keys whose stored state could not be read: their records go to dead letters until it is repaired.
+pub static QUARANTINED_KEYS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "driftline_worker_quarantined_keys",
+        "Keys whose stored detector state cannot be read (their records are dead-lettered)"
+    )
+    .expect("metric names are static and valid")
+});
+
 pub static STATE_KEYS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!(
         "driftline_detector_state_keys",
