@@ -98,7 +98,7 @@ fn consumer_lag_over_kafka_tells_the_truth_under_overload() {
     let brokers = kafka_brokers();
     let dir = temp_dir("kafka-lag");
     let mut env = kafka_env(&brokers, "lag");
-    env.push(("DRIFTLINE__DETECTOR__TEST_BATCH_PAUSE_MS".into(), "500".into()));
+    env.push(("DRIFTLINE__DETECTOR__TEST_BATCH_PAUSE_MS".into(), "1000".into()));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let server = Server::start(&dir, None, &env);
     support::check_lag_tells_the_truth(&server);

@@ -478,7 +478,7 @@ fn sqlite_keeps_the_notifiers_cursor() {
 #[test]
 fn consumer_lag_on_the_embedded_bus_tells_the_truth_under_overload() {
     let dir = temp_dir("lag-embedded");
-    let server = Server::start(&dir, None, &[("DRIFTLINE__DETECTOR__TEST_BATCH_PAUSE_MS", "500")]);
+    let server = Server::start(&dir, None, &[("DRIFTLINE__DETECTOR__TEST_BATCH_PAUSE_MS", "1000")]);
     support::check_lag_tells_the_truth(&server);
 }
 

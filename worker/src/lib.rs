@@ -64,6 +64,9 @@ impl Default for WorkerSettings {
     }
 }
 
+/// How often the lag gauge is refreshed while the worker waits (on the store, or paused).
+const LAG_REFRESH: Duration = Duration::from_millis(200);
+
 /// Seconds since `at` by the wall clock (never negative: clocks of producers differ a little).
 fn age_seconds(at: Timestamp) -> f64 {
     let now = std::time::SystemTime::now()
@@ -269,7 +272,21 @@ impl<C: Consumer> Worker<C> {
             let _ = self.reload().await;
             return Err(err.into());
         }
-        if let Err(err) = self.store.apply(batch).await {
+        // A slow store must not freeze the lag gauge: it keeps following the bus while the batch is written.
+        let store = self.store.clone();
+        let apply = store.apply(batch);
+        tokio::pin!(apply);
+        let mut refresh = tokio::time::interval(LAG_REFRESH);
+        refresh.tick().await;
+        let applied = loop {
+            tokio::select! {
+                applied = &mut apply => break applied,
+                _ = refresh.tick() => {
+                    let _ = self.report_lag().await;
+                }
+            }
+        };
+        if let Err(err) = applied {
             let _ = self.reload().await;
             return Err(err.into());
         }
@@ -319,7 +336,13 @@ impl<C: Consumer> Worker<C> {
                         return;
                     }
                     if progress.records > 0 && !self.settings.throttle.is_zero() {
-                        tokio::time::sleep(self.settings.throttle).await;
+                        // The lag gauge keeps following the bus through the pause, as through a slow store.
+                        let until = tokio::time::Instant::now() + self.settings.throttle;
+                        while tokio::time::Instant::now() < until {
+                            tokio::time::sleep_until(until.min(tokio::time::Instant::now() + LAG_REFRESH))
+                                .await;
+                            let _ = self.report_lag().await;
+                        }
                     }
                 }
                 Err(err) => {
