@@ -907,7 +907,7 @@ pub fn check_lag_tells_the_truth(server: &Server) {
         }
     }
     // While spans keep arriving faster than they are stored, the gauge rises: it never falls by more than
-    // the one batch (500 records) just stored, and ends the production higher than it began.
+    // the one batch (500 records) just stored, and ends the production no lower than it began.
     let producing: Vec<f64> = overloaded.iter().filter(|s| s.1 < total).map(|s| s.2).collect();
     assert!(
         producing.windows(2).all(|pair| pair[1] >= pair[0] - 500.0),
