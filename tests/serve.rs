@@ -565,8 +565,11 @@ fn allowed_hosts_extend_local_mode_and_bind_keyed_servers() {
     let config = dir.join("driftline.toml");
     std::fs::write(&config, "[server]\nallowed_hosts = [\"driftline.lan\"]\n").expect("config");
     let server = Server::start(&dir, Some(&config), &[]);
-    assert_eq!(raw_request(&server.url, "GET", "/healthz", &[("Host", "driftline.lan:8000")], "").0, 200);
-    assert_eq!(raw_request(&server.url, "GET", "/healthz", &[("Host", "other.lan")], "").0, 421);
+    let servers = "/api/health/servers";
+    assert_eq!(raw_request(&server.url, "GET", servers, &[("Host", "driftline.lan:8000")], "").0, 200);
+    assert_eq!(raw_request(&server.url, "GET", servers, &[("Host", "other.lan")], "").0, 421);
+    // Health and metrics hold no project data: probes and scrapers reach them by any address.
+    assert_eq!(raw_request(&server.url, "GET", "/readyz", &[("Host", "10.1.2.3:8000")], "").0, 200);
     let (code, _, stderr) = run_cli(&["check-config", "--config", config.to_str().expect("utf-8")]);
     assert_eq!(code, 0, "{stderr}");
     std::fs::write(&config, "[server]\nallowed_hosts = [\"evil.example:80/\"]\n").expect("config");

@@ -11,6 +11,8 @@
 //!   `application/x-protobuf`): the types a cross-site form or simple request can send get 415.
 //!
 //! With API keys a forged request lacks the key, so only `server.allowed_hosts`, when set, applies.
+//! `/healthz`, `/readyz` and `/metrics` are never Host-checked: they hold no project data, and kubelet
+//! probes and Prometheus reach them by pod address.
 
 use std::sync::Arc;
 
@@ -66,6 +68,9 @@ impl LocalGuard {
     /// `None` when the request may go on.
     pub fn check(&self, method: &Method, path: &str, headers: &HeaderMap) -> Option<Response> {
         if !self.open && self.allowed_hosts.is_empty() {
+            return None;
+        }
+        if matches!(path, "/healthz" | "/readyz" | "/metrics") && *method == Method::GET {
             return None;
         }
         let host_header = headers.get(header::HOST).and_then(|v| v.to_str().ok());
@@ -221,6 +226,11 @@ mod tests {
         let named = LocalGuard { open: false, allowed_hosts: vec!["driftline.example.com".into()] };
         assert_eq!(check(&named, Method::GET, "/api/tools", &[("host", "driftline.example.com:443")]), 200);
         assert_eq!(check(&named, Method::GET, "/api/tools", &[("host", "127.0.0.1:8000")]), 421);
+        // Kubelet probes and Prometheus scrapes come by pod address.
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            assert_eq!(check(&named, Method::GET, path, &[("host", "10.1.2.3:8000")]), 200, "{path}");
+        }
+        assert_eq!(check(&named, Method::POST, "/metrics", &[("host", "10.1.2.3:8000")]), 421);
         assert_eq!(
             check(
                 &named,

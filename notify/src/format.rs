@@ -116,7 +116,7 @@ pub fn slack_body(notification: &Notification, public_url: Option<&str>) -> Valu
             .unwrap_or_default();
         let mut lines = vec![format!(
             ":warning: *{} security flag(s)*, worst {severity}",
-            notification.security_flags.len()
+            notification.security_flags_total
         )];
         lines.extend(notification.security_flags.iter().take(5).map(|(tool, flag)| {
             format!("• `{}` {}: {}", escape(tool, 120), escape(&flag.rule, 80), escape(&flag.excerpt, 200))
@@ -217,6 +217,21 @@ mod tests {
         let order: Vec<Classification> = notification.top_changes.iter().map(|c| c.classification).collect();
         assert_eq!(order, [Classification::Breaking, Classification::Warning, Classification::Compatible]);
         assert_eq!(notification.security_flags.len(), 1);
+    }
+
+    #[test]
+    fn a_poisoned_list_of_thousands_makes_a_bounded_notification() {
+        let mut event = event();
+        let flagged = event.changes[1].clone();
+        event.changes = (0..5_000).map(|_| flagged.clone()).collect();
+        let notification = Notification::drift(&event);
+        assert_eq!(notification.top_changes.len(), driftline_schemas::TOP_CHANGES);
+        assert_eq!(notification.security_flags.len(), driftline_schemas::TOP_SECURITY_FLAGS);
+        assert_eq!(notification.security_flags_total, 5_000);
+        let body = slack_body(&notification, None).to_string();
+        assert!(body.contains("5000 security flag(s)"), "{body}");
+        assert!(body.len() < 10_000, "{} bytes", body.len());
+        assert!(json_body(&notification, None).to_string().len() < 20_000);
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod tool_list;
 
 pub use commands::{DeadLetter, OperatorCommand};
 pub use ids::{derive_id, InputPosition, OutputKind};
-pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES};
+pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES, TOP_SECURITY_FLAGS};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason};
 pub use span::{
     check_project_name, check_server_name, CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan,

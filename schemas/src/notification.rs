@@ -8,6 +8,9 @@ use crate::{Classification, SchemaChange, SchemaDriftEvent, SecurityFlag, Severi
 
 /// How many changes a notification carries, worst first; the dashboard has the rest.
 pub const TOP_CHANGES: usize = 10;
+/// How many security flags a notification carries (a poisoned list of thousands of tools has thousands);
+/// `security_flags_total` counts them all.
+pub const TOP_SECURITY_FLAGS: usize = 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,9 +63,11 @@ pub struct Notification {
     /// Drift: at most [`TOP_CHANGES`] changes, worst first.
     #[serde(default)]
     pub top_changes: Vec<SchemaChange>,
-    /// Drift: every security flag, with its tool.
+    /// Drift: the first [`TOP_SECURITY_FLAGS`] security flags, high severity first, with their tools.
     #[serde(default)]
     pub security_flags: Vec<(String, SecurityFlag)>,
+    #[serde(default)]
+    pub security_flags_total: u32,
     #[serde(default)]
     pub max_severity: Option<Severity>,
     /// Down: the probe's error. Up: how many tools the server declares.
@@ -83,6 +88,15 @@ impl Notification {
         let mut worst: Vec<&SchemaChange> = event.changes.iter().collect();
         // Stable: within a classification, the detector's order (by tool and path) stays.
         worst.sort_by_key(|change| std::cmp::Reverse(change.classification));
+        let mut flags: Vec<(String, SecurityFlag)> = event
+            .changes
+            .iter()
+            .flat_map(|c| c.security_flags.iter().map(|f| (c.tool_name.clone(), f.clone())))
+            .collect();
+        let security_flags_total = flags.len() as u32;
+        // Stable: within a severity, the detector's order.
+        flags.sort_by_key(|(_, flag)| std::cmp::Reverse(flag.severity));
+        flags.truncate(TOP_SECURITY_FLAGS);
         Notification {
             id: event.id.clone(),
             project: event.project.clone(),
@@ -94,11 +108,8 @@ impl Notification {
             event_status: Some(event.status),
             counts,
             top_changes: worst.into_iter().take(TOP_CHANGES).cloned().collect(),
-            security_flags: event
-                .changes
-                .iter()
-                .flat_map(|c| c.security_flags.iter().map(|f| (c.tool_name.clone(), f.clone())))
-                .collect(),
+            security_flags: flags,
+            security_flags_total,
             max_severity: event.max_severity,
             note: None,
         }
@@ -125,6 +136,7 @@ impl Notification {
             counts: ChangeCounts::default(),
             top_changes: Vec::new(),
             security_flags: Vec::new(),
+            security_flags_total: 0,
             max_severity: None,
             note: Some(note),
         }

@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, ValueEnum};
 use driftline_probe::{ProbeError, ProbeTarget, TransportKind};
-use serde_json::{Map, Value};
 
 use super::client::Unreachable;
 use super::EXIT_OK;
@@ -55,18 +54,6 @@ fn pairs(values: &[String], flag: &str) -> anyhow::Result<BTreeMap<String, Strin
         .collect()
 }
 
-/// Objects with their keys in sorted order at every depth, whatever order the server sent them in.
-fn sorted(value: Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let entries: BTreeMap<String, Value> = map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
-            Value::Object(entries.into_iter().collect::<Map<String, Value>>())
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
-        other => other,
-    }
-}
-
 pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
     let mut target = ProbeTarget { name: "capture".into(), ..ProbeTarget::default() };
     match (args.url, args.command.split_first()) {
@@ -103,7 +90,9 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
     })?;
     // Give a child's exit a moment to finish before the runtime (and with it the reaper) goes away.
     runtime.shutdown_timeout(Duration::from_secs(3));
-    let mut text = serde_json::to_string_pretty(&sorted(Value::Array(tools)))?;
+    // serde_json's maps keep keys sorted (the `preserve_order` feature is off in this workspace), so the
+    // output's key order is stable whatever order the server sent; tests/probe.rs checks it.
+    let mut text = serde_json::to_string_pretty(&tools)?;
     text.push('\n');
     match &args.out {
         Some(path) => {
