@@ -157,7 +157,7 @@ impl KafkaConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeConfig {
     /// The project probe results belong to.
-    pub project: String,
+    pub project: driftline_schemas::ProjectName,
     pub interval_seconds: u64,
     /// Connecting, and each complete tools/list, must finish within this; otherwise the server is DOWN.
     pub timeout_seconds: u64,
@@ -169,7 +169,7 @@ pub struct ProbeConfig {
 impl Default for ProbeConfig {
     fn default() -> Self {
         ProbeConfig {
-            project: "default".into(),
+            project: driftline_schemas::ProjectName::default_project(),
             interval_seconds: 60,
             timeout_seconds: 10,
             servers: Vec::new(),
@@ -400,8 +400,29 @@ impl Default for LogConfig {
     }
 }
 
+/// A configuration error as `key: problem`. The `config` crate writes a key below a list without the
+/// dot (`auth.keys[0]project`), and after the problem; people read the key first.
+fn describe(err: config::ConfigError) -> String {
+    match err {
+        config::ConfigError::At { error, key: Some(key), .. } => {
+            let mut fixed = String::with_capacity(key.len() + 2);
+            let mut after_index = false;
+            for c in key.chars() {
+                if after_index && c != '[' && c != '.' {
+                    fixed.push('.');
+                }
+                after_index = c == ']';
+                fixed.push(c);
+            }
+            format!("{fixed}: {error}")
+        }
+        other => other.to_string(),
+    }
+}
+
 impl Config {
     /// Reads `file` (required when given explicitly, else `./driftline.toml` if present) and the environment.
+    /// Reads the defaults, the optional file and `DRIFTLINE__…` variables; every error names its key.
     pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
         let mut builder = config::Config::builder();
         match file {
@@ -418,7 +439,7 @@ impl Config {
             .build()
             .context("cannot read the configuration")?
             .try_deserialize()
-            .map_err(|err| anyhow::anyhow!("invalid configuration: {err}"))?;
+            .map_err(|err| anyhow::anyhow!("invalid configuration: {}", describe(err)))?;
         let mut config = config;
         if let Some(path) = config.auth.keys_file.clone() {
             let file: KeysFile = config::Config::builder()
@@ -427,7 +448,7 @@ impl Config {
                 )
                 .build()
                 .and_then(|c| c.try_deserialize())
-                .map_err(|err| anyhow::anyhow!("auth.keys_file = {}: {err}", path.display()))?;
+                .map_err(|err| anyhow::anyhow!("auth.keys_file = {}: {}", path.display(), describe(err)))?;
             config.auth.keys.extend(file.keys);
         }
         if let Some(path) = config.notify.webhooks_file.clone() {
@@ -437,7 +458,9 @@ impl Config {
                 )
                 .build()
                 .and_then(|c| c.try_deserialize())
-                .map_err(|err| anyhow::anyhow!("notify.webhooks_file = {}: {err}", path.display()))?;
+                .map_err(|err| {
+                    anyhow::anyhow!("notify.webhooks_file = {}: {}", path.display(), describe(err))
+                })?;
             config.notify.webhooks.extend(file.webhooks);
         }
         config.validate()?;
@@ -473,11 +496,8 @@ impl Config {
             if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 bail!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");
             }
-            if let Err(reason) = driftline_schemas::check_project_name(&key.project) {
-                bail!("auth.keys[{index}].project: {reason}");
-            }
-            if key.project.is_empty() || key.scopes.is_empty() {
-                bail!("auth.keys[{index}] needs a project and at least one scope");
+            if key.scopes.is_empty() {
+                bail!("auth.keys[{index}] needs at least one scope");
             }
         }
         self.detector.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
@@ -520,12 +540,6 @@ impl Config {
             bail!("probe.interval_seconds and probe.timeout_seconds must be at least 1");
         }
         for (index, target) in self.probe.servers.iter().enumerate() {
-            if driftline_api::valid_server_name(&target.name).is_err() {
-                bail!(
-                    "probe.servers[{index}].name = {:?}: use 1-256 characters from A-Z a-z 0-9 . _ : @ -",
-                    target.name
-                );
-            }
             if let Err(reason) = target.endpoint() {
                 bail!("probe.servers[{index}] ({}): {reason}", target.name);
             }

@@ -283,6 +283,13 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     for i in 20..23 {
         send("spans", "default/ext/lookup", span(i, json!({"id": "changed"})));
     }
+    // Names that would confuse keys (#12): project `a/b` reads as project `a`, server `b`; server `..`.
+    let mut slashed = serde_json::from_str::<serde_json::Value>(&span(30, json!({"id": 1}))).expect("span");
+    slashed["project"] = json!("a/b");
+    send("spans", "a/b/ext/lookup", slashed.to_string());
+    let mut dots = tools(false);
+    dots["server"] = json!("..");
+    send("tool-lists", "default/..", dots.to_string());
     send("tool-lists", "default/ext", tools(true).to_string());
     producer.flush(std::time::Duration::from_secs(10)).expect("flush");
 
@@ -298,7 +305,7 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     });
     assert_eq!(history[0]["changes"][0]["change_type"], "tool_added", "{history}");
 
-    // The dead-letter topic holds the four unusable records, each with its reason.
+    // The dead-letter topic holds the six unusable records, each with its reason.
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
         .set("group.id", format!("dead-letter-reader-{}", std::process::id()))
@@ -308,8 +315,8 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     consumer.subscribe(&[&format!("{prefix}dead-letters")]).expect("subscribe");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut letters = Vec::new();
-    while letters.len() < 4 {
-        assert!(std::time::Instant::now() < deadline, "waited 20 s for 4 dead letters; got {letters:?}");
+    while letters.len() < 6 {
+        assert!(std::time::Instant::now() < deadline, "waited 20 s for 6 dead letters; got {letters:?}");
         if let Some(Ok(message)) = consumer.poll(std::time::Duration::from_millis(200)) {
             let letter: serde_json::Value =
                 serde_json::from_slice(message.payload().unwrap_or_default()).expect("dead letter JSON");
@@ -330,8 +337,16 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
         letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("not a tool-list snapshot")),
         "{letters:?}"
     );
+    assert!(
+        letters.iter().any(|(t, r)| t == "spans" && r.contains("invalid project name \"a/b\"")),
+        "{letters:?}"
+    );
+    assert!(
+        letters.iter().any(|(t, r)| t == "tool-lists" && r.contains("invalid server name \"..\"")),
+        "{letters:?}"
+    );
     let metrics = split.endpoints().metrics();
-    assert!(metrics.contains("driftline_worker_dead_letters_total 4"), "{metrics}");
+    assert!(metrics.contains("driftline_worker_dead_letters_total 6"), "{metrics}");
     assert!(metrics.contains("driftline_worker_repeated_calls_total 1"), "{metrics}");
 }
 

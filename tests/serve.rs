@@ -600,6 +600,41 @@ fn a_stopped_worker_fails_readiness_and_the_process_exits() {
     assert!(log.contains("the detector worker stopped"), "{log}");
 }
 
+/// A tool name may hold `/` (it is the last part of a key): `repo/list` and `repo` stay two tools, each
+/// reachable by its percent-encoded name; names that no URL can reach (`..`) or that hold control characters
+/// are refused at the door.
+#[test]
+fn tool_names_with_slashes_stay_apart() {
+    let dir = temp_dir("tool-names");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let spans: Vec<Value> = (0..3)
+        .map(|i| span(&format!("a{i}"), "repo/list", json!({"files": []})))
+        .chain((0..2).map(|i| span(&format!("b{i}"), "repo", json!("text"))))
+        .collect();
+    assert_eq!(client.post_json("/v1/spans", &json!(spans)).0, 202);
+    let tools =
+        client.wait_for("/api/tools", "both tools", |tools| tools.as_array().is_some_and(|t| t.len() == 2));
+    let calls = |name: &str| {
+        tools.as_array().into_iter().flatten().find(|t| t["tool"] == name).map(|t| t["calls"].clone())
+    };
+    assert_eq!((calls("repo/list"), calls("repo")), (Some(json!(3)), Some(json!(2))), "{tools}");
+    let (status, shape) = client.get("/api/tools/srv/repo%2Flist/shape");
+    assert_eq!(
+        (status, shape["tool"].clone(), shape["window_size"].clone()),
+        (200, json!("repo/list"), json!(3)),
+        "{shape}"
+    );
+    let (status, shape) = client.get("/api/tools/srv/repo/shape");
+    assert_eq!((status, shape["window_size"].clone()), (200, json!(2)), "{shape}");
+    for bad in ["..", "a\u{7}b"] {
+        let (status, body) = client.post_json("/v1/spans", &json!([span("c", bad, json!(1))]));
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.to_string().contains("invalid tool name"), "{body}");
+    }
+    assert_eq!(client.get("/api/tools/srv/%2E%2E/shape").0, 400);
+}
+
 /// Bounds every span meets, with answers that quote a bad value instead of echoing it.
 #[test]
 fn span_bounds_versions_and_quoted_errors() {
@@ -625,7 +660,7 @@ fn span_bounds_versions_and_quoted_errors() {
     let mut future = span("s3", "t", json!(1));
     future["schema_version"] = json!(7);
     refused(json!([future]), "schema_version 7 is not supported");
-    refused(json!([span("s4", &"t".repeat(1 << 20), json!(1))]), "tool must be 1-256");
+    refused(json!([span("s4", &"t".repeat(1 << 20), json!(1))]), "invalid tool name");
     let mut huge_server = span("s5", "t", json!(1));
     huge_server["server"] = json!("s".repeat(1 << 20));
     refused(json!([huge_server]), "invalid server name");

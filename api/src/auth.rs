@@ -3,6 +3,7 @@
 //! project with every scope — which is why the server then binds loopback only.
 
 use axum::http::{header, HeaderMap};
+use driftline_schemas::ProjectName;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -30,7 +31,7 @@ impl Scope {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKey {
-    pub project: String,
+    pub project: ProjectName,
     pub scopes: Vec<Scope>,
     /// Lowercase hex SHA-256 of the key.
     pub sha256: String,
@@ -39,7 +40,7 @@ pub struct ApiKey {
 /// Who is calling: the project every query is filtered by, and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
-    pub project: String,
+    pub project: ProjectName,
     /// Names the caller in audit records (accepted_by): `key:<first 8 hex of the key hash>` or `local`.
     pub name: String,
 }
@@ -57,7 +58,10 @@ pub struct Auth {
     keys: Vec<ApiKey>,
 }
 
-pub const OPEN_PROJECT: &str = "default";
+/// The project of every request when no keys are configured.
+pub fn open_project() -> ProjectName {
+    ProjectName::default_project()
+}
 
 pub fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
@@ -75,7 +79,7 @@ impl Auth {
 
     pub fn authorize(&self, headers: &HeaderMap, scope: Scope) -> Result<Principal, AuthError> {
         if self.is_open() {
-            return Ok(Principal { project: OPEN_PROJECT.to_owned(), name: "local".to_owned() });
+            return Ok(Principal { project: open_project(), name: "local".to_owned() });
         }
         let token = headers
             .get(header::AUTHORIZATION)
@@ -121,9 +125,13 @@ mod tests {
     #[test]
     fn keys_scopes_and_projects() {
         let auth = Auth::new(vec![
-            ApiKey { project: "a".into(), scopes: vec![Scope::Ingest], sha256: hash_key("ingest-a") },
             ApiKey {
-                project: "b".into(),
+                project: "a".parse().expect("a valid name"),
+                scopes: vec![Scope::Ingest],
+                sha256: hash_key("ingest-a"),
+            },
+            ApiKey {
+                project: "b".parse().expect("a valid name"),
                 scopes: vec![Scope::Admin],
                 sha256: hash_key("admin-b").to_uppercase(),
             },
@@ -139,6 +147,6 @@ mod tests {
 
     #[test]
     fn without_keys_everything_is_the_default_project() {
-        check(&Auth::default(), None, Scope::Admin, Ok(OPEN_PROJECT));
+        check(&Auth::default(), None, Scope::Admin, Ok("default"));
     }
 }

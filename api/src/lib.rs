@@ -18,7 +18,7 @@ use driftline_store::Store;
 
 pub use auth::{ApiKey, Auth, Principal, Scope};
 pub use error::ApiError;
-pub use params::{valid_server_name, Params};
+pub use params::{server_name, tool_name, Params};
 pub use routes::router;
 
 /// What the API handlers share.

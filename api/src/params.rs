@@ -1,5 +1,7 @@
 use std::collections::HashMap;
 
+use driftline_schemas::{ServerName, ToolName};
+
 use crate::ApiError;
 
 /// Query parameters, read with clear errors (`hours must be an integer in [1, 720]`).
@@ -25,7 +27,12 @@ impl Params {
     }
 }
 
-/// Server names: 1–256 of `A-Z a-z 0-9 . _ : @ -` (they appear in keys, paths and topics).
-pub fn valid_server_name(name: &str) -> Result<(), ApiError> {
-    driftline_schemas::check_server_name(name).map_err(ApiError::bad_request)
+/// A server name from a request path, checked (400 naming the rule when it is not one).
+pub fn server_name(name: &str) -> Result<ServerName, ApiError> {
+    ServerName::parse(name).map_err(|err| ApiError::bad_request(err.to_string()))
+}
+
+/// A tool name from a request path or query, checked.
+pub fn tool_name(name: &str) -> Result<ToolName, ApiError> {
+    ToolName::parse(name).map_err(|err| ApiError::bad_request(err.to_string()))
 }

@@ -21,7 +21,7 @@ use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{valid_server_name, ApiError, ApiState, Params, Scope};
+use crate::{server_name, tool_name, ApiError, ApiState, Params, Scope};
 
 type Answer = Result<Response, ApiError>;
 
@@ -64,7 +64,7 @@ async fn servers(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     responses((status = 200, body = ServerHealth), (status = 404, body = ErrorBody)))]
 async fn server(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
-    valid_server_name(&name)?;
+    let name = server_name(&name)?;
     let servers = state.store.servers(&who.project).await?;
     match servers.into_iter().find(|s| s.server_name == name) {
         Some(server) => ok(server),
@@ -82,7 +82,7 @@ async fn drift_history(
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
-    valid_server_name(&name)?;
+    let name = server_name(&name)?;
     let limit = Params(params).int("limit", 10, 1, 100)?;
     ok(state.store.drift_history(&who.project, &name, limit).await?)
 }
@@ -98,9 +98,9 @@ async fn drift_impact(
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
-    valid_server_name(&name)?;
+    let name = server_name(&name)?;
     let params = Params(params);
-    let tool = params.required("tool_name")?.to_owned();
+    let tool = tool_name(params.required("tool_name")?)?;
     let hours = params.int("hours", 24, 1, 720)?;
     let query = ImpactQuery {
         project: &who.project,
@@ -162,7 +162,7 @@ fn rand_u64() -> u64 {
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Admin)?;
-    valid_server_name(&name)?;
+    let name = server_name(&name)?;
     let known = state.store.servers(&who.project).await?.iter().any(|s| s.server_name == name);
     if !known {
         return Err(ApiError::not_found(format!("server {name:?} has not been seen in this project")));
@@ -177,7 +177,7 @@ async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(na
     responses((status = 200, body = [ToolSchema])))]
 async fn server_tools(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
-    valid_server_name(&name)?;
+    let name = server_name(&name)?;
     ok(state.store.tool_schemas(&who.project, &name).await?)
 }
 
@@ -202,7 +202,7 @@ async fn tool_shape(
     Path((server, tool)): Path<(String, String)>,
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
-    valid_server_name(&server)?;
+    let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
     match state.store.tool_shape(&who.project, &server, &tool).await? {
         Some(shape) => ok(shape),
         None => {

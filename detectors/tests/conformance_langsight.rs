@@ -95,8 +95,8 @@ const DELIBERATE_DIFFERENCES: &[&str] =
 fn snapshot(tools: Vec<Value>) -> ToolListSnapshot {
     ToolListSnapshot {
         schema_version: 1,
-        project: "default".into(),
-        server: "pg".into(),
+        project: "default".parse().expect("a valid name"),
+        server: "pg".parse().expect("a valid name"),
         captured_at: Timestamp::from_millis(0).expect("time"),
         source: SnapshotSource::Probe,
         latency_ms: None,

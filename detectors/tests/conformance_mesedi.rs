@@ -221,7 +221,7 @@ fn run_sequence(case: &Value, thresholds: &DetectorThresholds) -> (Vec<Fire>, Si
         }
         let span: ToolCallSpan = serde_json::from_value(span).expect("span");
         let at = Timestamp::from_millis(index as i64 * 1000).expect("time");
-        let record = shape::record_from_span(&span, "default", at);
+        let record = shape::record_from_span(&span, &driftline_schemas::ProjectName::default_project(), at);
         let history: BTreeMap<String, u64> =
             state.window_counts().into_iter().map(|(s, n)| (shape_hex8(s), u64::from(n))).collect();
         if let Some(firing) = state.observe((&record).into(), thresholds) {

@@ -12,12 +12,12 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use driftline_api::{valid_server_name, ApiError, Auth, Scope};
+use driftline_api::{server_name, ApiError, Auth, Scope};
 use driftline_bus::{Message, Producer, Topic};
 use driftline_detectors::shape::record_from_span;
 use driftline_schemas::api::{ErrorBody, ErrorDetail};
 use driftline_schemas::{
-    SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot, ToolListTooLarge,
+    ProjectName, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot, ToolListTooLarge,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -110,7 +110,7 @@ async fn spans(
 /// Validates, fingerprints and publishes one batch; returns how many spans it accepted.
 async fn accept_spans(
     state: &IngestState,
-    project: &str,
+    project: &ProjectName,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<usize, ApiError> {
@@ -136,7 +136,9 @@ async fn accept_spans(
                 let record = record_from_span(&span, project, now);
                 metrics::SHAPE_OUTCOMES.with_label_values(&[record.shape_outcome.as_str()]).inc();
                 match serde_json::to_vec(&record) {
-                    Ok(payload) => messages.push(Message { topic: Topic::Spans, key: record.key(), payload }),
+                    Ok(payload) => {
+                        messages.push(Message { topic: Topic::Spans, key: record.key().to_string(), payload })
+                    }
                     Err(err) => problems.push(ErrorDetail { index, reason: err.to_string() }),
                 }
             }
@@ -160,7 +162,7 @@ fn parse_body<'a, T: Deserialize<'a>>(bytes: &'a [u8], expected: &str) -> Result
     })
 }
 
-fn read_span(element: &RawValue, project: &str) -> Result<ToolCallSpan, String> {
+fn read_span(element: &RawValue, project: &ProjectName) -> Result<ToolCallSpan, String> {
     let span: ToolCallSpan = serde_json::from_str(element.get()).map_err(|err| err.to_string())?;
     span.check()?;
     match &span.project {
@@ -219,7 +221,7 @@ async fn tool_list(
     body: Body,
 ) -> Result<Response, ApiError> {
     let who = state.auth.authorize(&headers, Scope::Ingest)?;
-    valid_server_name(&name)?;
+    let name = server_name(&name)?;
     let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     let (tools, captured_at, source) = read_tool_list(&bytes, (state.clock)())?;
     match state.limits.tool_lists.check(&tools) {
@@ -268,8 +270,10 @@ async fn tool_list(
     };
     let payload = serde_json::to_vec(&snapshot).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let count = snapshot.tools.len();
-    if let Err(err) =
-        state.producer.publish(vec![Message { topic: Topic::ToolLists, key: snapshot.key(), payload }]).await
+    if let Err(err) = state
+        .producer
+        .publish(vec![Message { topic: Topic::ToolLists, key: snapshot.key().to_string(), payload }])
+        .await
     {
         metrics::TOOL_LISTS.with_label_values(&["unavailable"]).inc();
         return Err(err.into());
@@ -420,7 +424,9 @@ async fn traces(
         let record = record_from_span(span, &who.project, now);
         metrics::SHAPE_OUTCOMES.with_label_values(&[record.shape_outcome.as_str()]).inc();
         match serde_json::to_vec(&record) {
-            Ok(payload) => messages.push(Message { topic: Topic::Spans, key: record.key(), payload }),
+            Ok(payload) => {
+                messages.push(Message { topic: Topic::Spans, key: record.key().to_string(), payload })
+            }
             Err(err) => rejected.push(format!("span {}: {err}", span.span_id)),
         }
     }

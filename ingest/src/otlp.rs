@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use driftline_schemas::{CallStatus, Timestamp, ToolCallSpan};
+use driftline_schemas::{CallStatus, ServerName, Timestamp, ToolCallSpan, ToolName};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -154,8 +154,8 @@ fn tool_call(
         trace_id: (!span.trace_id.is_empty()).then(|| hex::encode(&span.trace_id)),
         session_id: first(&own, &["gen_ai.conversation.id", "mcp.session.id", "session.id"]).cloned(),
         agent_name,
-        server,
-        tool,
+        server: ServerName::parse(server).map_err(|err| err.to_string())?,
+        tool: ToolName::parse(tool).map_err(|err| err.to_string())?,
         started_at,
         duration_ms,
         status: if failed { CallStatus::Error } else { CallStatus::Success },

@@ -34,7 +34,7 @@ pub struct Webhook {
     pub secret: Option<String>,
     /// Only these projects; every project when empty.
     #[serde(default)]
-    pub projects: Vec<String>,
+    pub projects: Vec<driftline_schemas::ProjectName>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -83,9 +83,6 @@ impl Webhook {
         if self.secret.as_deref() == Some("") {
             return Err("secret is empty (leave it out to send unsigned)".into());
         }
-        for project in &self.projects {
-            driftline_schemas::check_project_name(project).map_err(|reason| format!("projects: {reason}"))?;
-        }
         Ok(())
     }
 
@@ -101,7 +98,7 @@ impl Webhook {
     }
 
     fn wants(&self, notification: &Notification) -> bool {
-        let project = self.projects.is_empty() || self.projects.contains(&notification.project);
+        let project = self.projects.is_empty() || self.projects.iter().any(|p| notification.project == *p);
         let level = match notification.kind {
             NotificationKind::Drift => self.min_classification.admits(notification.classification),
             NotificationKind::Down | NotificationKind::Up => true,

@@ -34,7 +34,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct ProbeSettings {
     /// The project probe results belong to.
-    pub project: String,
+    pub project: driftline_schemas::ProjectName,
     pub interval: Duration,
     /// Connecting, and each full `tools/list`, must finish within this.
     pub timeout: Duration,
@@ -227,7 +227,7 @@ pub async fn run(
         }
     };
     let changed = Arc::new(Notify::new());
-    let key = format!("{}/{}", settings.project, target.name);
+    let key = driftline_schemas::ServerKey::new(settings.project.clone(), target.name.clone()).to_string();
     let mut session: Option<Session> = None;
     let mut failures = 0u32;
     while !*shutdown.borrow() {

@@ -7,11 +7,11 @@ use serde::Deserialize;
 
 /// One MCP server to probe: reached at a `url` (Streamable HTTP, or the legacy HTTP+SSE transport), or
 /// started as `command` + `args` and spoken to over stdio.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeTarget {
     /// The server name driftline files the results under.
-    pub name: String,
+    pub name: driftline_schemas::ServerName,
     /// Streamable HTTP endpoint (`http://127.0.0.1:9000/mcp`), or the SSE endpoint with `transport = "sse"`.
     #[serde(default)]
     pub url: Option<String>,
@@ -73,6 +73,20 @@ impl Endpoint {
 }
 
 impl ProbeTarget {
+    /// A target with nothing set but its name.
+    pub fn named(name: driftline_schemas::ServerName) -> Self {
+        ProbeTarget {
+            name,
+            url: None,
+            headers: BTreeMap::new(),
+            transport: None,
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+        }
+    }
+
     /// Checks the target; the error names the offending key (relative to the `[[probe.servers]]` entry).
     pub fn endpoint(&self) -> Result<Endpoint, String> {
         let transport = self.transport;

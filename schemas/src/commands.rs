@@ -1,14 +1,14 @@
 use serde::{Deserialize, Serialize};
 
-use crate::DetectorThresholds;
+use crate::{DetectorThresholds, ProjectName, ServerKey, ServerName};
 
 /// An operator command, published to the `commands` topic so that the detector owning the key applies
 /// it in order with the data (DESIGN.md §1). Key: `project/server` for a server, `project` otherwise.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OperatorCommand {
-    AcceptBaseline { id: String, project: String, server: String, accepted_by: String },
-    SetThresholds { id: String, project: String, thresholds: DetectorThresholds },
+    AcceptBaseline { id: String, project: ProjectName, server: ServerName, accepted_by: String },
+    SetThresholds { id: String, project: ProjectName, thresholds: DetectorThresholds },
 }
 
 impl OperatorCommand {
@@ -18,10 +18,13 @@ impl OperatorCommand {
         }
     }
 
+    /// The bus key: the server's key, or the project's name for a project-wide command.
     pub fn key(&self) -> String {
         match self {
-            OperatorCommand::AcceptBaseline { project, server, .. } => format!("{project}/{server}"),
-            OperatorCommand::SetThresholds { project, .. } => project.clone(),
+            OperatorCommand::AcceptBaseline { project, server, .. } => {
+                ServerKey::new(project.clone(), server.clone()).to_string()
+            }
+            OperatorCommand::SetThresholds { project, .. } => project.to_string(),
         }
     }
 }

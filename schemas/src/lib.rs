@@ -7,6 +7,7 @@
 pub mod api;
 mod commands;
 mod ids;
+mod names;
 mod notification;
 mod shape_signal;
 mod span;
@@ -17,11 +18,10 @@ mod tool_list;
 
 pub use commands::{DeadLetter, OperatorCommand};
 pub use ids::{derive_id, InputPosition, OutputKind};
+pub use names::{KeyError, NameError, ProjectName, ServerKey, ServerName, ToolKey, ToolName};
 pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES, TOP_SECURITY_FLAGS};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason};
-pub use span::{
-    check_project_name, check_server_name, CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan,
-};
+pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
 pub use thresholds::{BaselinePolicy, DetectorThresholds, ThresholdError};
 pub use time::Timestamp;
 pub use tool_drift::{

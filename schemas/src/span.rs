@@ -1,7 +1,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
-use crate::Timestamp;
+use crate::{ProjectName, ServerKey, ServerName, Timestamp, ToolKey, ToolName};
 
 fn schema_version() -> u32 {
     crate::SCHEMA_VERSION
@@ -23,7 +23,7 @@ pub struct ToolCallSpan {
     pub schema_version: u32,
     /// Only present on spans published straight to Kafka; ingest takes it from the API key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
+    pub project: Option<ProjectName>,
     pub span_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
@@ -31,8 +31,8 @@ pub struct ToolCallSpan {
     pub session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_name: Option<String>,
-    pub server: String,
-    pub tool: String,
+    pub server: ServerName,
+    pub tool: ToolName,
     pub started_at: Timestamp,
     pub duration_ms: f64,
     pub status: CallStatus,
@@ -93,7 +93,7 @@ impl ShapeOutcome {
 pub struct ToolCallRecord {
     #[serde(default = "schema_version", deserialize_with = "crate::known_schema_version")]
     pub schema_version: u32,
-    pub project: String,
+    pub project: ProjectName,
     pub span_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
@@ -101,8 +101,8 @@ pub struct ToolCallRecord {
     pub session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_name: Option<String>,
-    pub server: String,
-    pub tool: String,
+    pub server: ServerName,
+    pub tool: ToolName,
     pub started_at: Timestamp,
     pub duration_ms: f64,
     pub status: CallStatus,
@@ -119,8 +119,12 @@ pub struct ToolCallRecord {
 }
 
 impl ToolCallRecord {
-    pub fn key(&self) -> String {
-        format!("{}/{}/{}", self.project, self.server, self.tool)
+    pub fn key(&self) -> ToolKey {
+        ToolKey { project: self.project.clone(), server: self.server.clone(), tool: self.tool.clone() }
+    }
+
+    pub fn server_key(&self) -> ServerKey {
+        ServerKey { project: self.project.clone(), server: self.server.clone() }
     }
 
     /// What makes a call the same call when a client sends it again (a retry after a timeout or a 503,
@@ -129,9 +133,13 @@ impl ToolCallRecord {
     pub fn identity(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut hasher = Sha256::new();
-        for part in
-            [&self.project, &self.server, &self.tool, self.trace_id.as_deref().unwrap_or(""), &self.span_id]
-        {
+        for part in [
+            &*self.project,
+            &*self.server,
+            &*self.tool,
+            self.trace_id.as_deref().unwrap_or(""),
+            &*self.span_id,
+        ] {
             hasher.update(part.as_bytes());
             hasher.update([0]);
         }
@@ -139,46 +147,10 @@ impl ToolCallRecord {
     }
 }
 
-/// Whether `name` can name a server: 1-256 characters from A-Z a-z 0-9 . _ : @ -.
-pub fn check_server_name(name: &str) -> Result<(), String> {
-    // `.` and `..` would be path segments to every browser and proxy: the dashboard could not reach them.
-    let ok = !name.is_empty()
-        && name.len() <= 256
-        && name != "."
-        && name != ".."
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        let shown: String = name.chars().take(64).collect();
-        Err(format!(
-            "invalid server name {shown:?}: use 1-256 characters from A-Z a-z 0-9 . _ : @ - (not . or ..)"
-        ))
-    }
-}
-
 /// Longest span, trace and session id and agent name accepted.
 pub const MAX_ID_BYTES: usize = 256;
 /// Longest call duration accepted: a day.
 pub const MAX_DURATION_MS: f64 = 86_400_000.0;
-
-/// Whether `name` can name a project: 1-128 characters from A-Z a-z 0-9 . _ -, and not `.` or `..`.
-/// Keys are `project/server[/tool]`, so a project name must never hold a `/`.
-pub fn check_project_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name != "."
-        && name != ".."
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        let shown: String = name.chars().take(64).collect();
-        Err(format!(
-            "invalid project name {shown:?}: use 1-128 characters from A-Z a-z 0-9 . _ - (not . or ..)"
-        ))
-    }
-}
 
 impl ToolCallSpan {
     /// The rules every span meets, from ingest or published straight to Kafka (DESIGN.md §8).
@@ -194,30 +166,11 @@ impl ToolCallSpan {
         if self.agent_name.as_ref().is_some_and(|name| name.len() > MAX_ID_BYTES) {
             return Err(format!("agent_name must be at most {MAX_ID_BYTES} bytes"));
         }
-        check_server_name(&self.server)?;
-        if self.tool.is_empty() || self.tool.len() > 256 {
-            return Err("tool must be 1-256 characters".into());
-        }
         // Bounded, so that sums and averages over any number of calls stay finite.
         if !(self.duration_ms.is_finite() && (0.0..=MAX_DURATION_MS).contains(&self.duration_ms)) {
             return Err(format!("duration_ms must be a number in [0, {MAX_DURATION_MS}] (one day)"));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod project_name_tests {
-    use super::check_project_name;
-
-    #[test]
-    fn project_names() {
-        for good in ["default", "team-a", "a.b_c", "A1"] {
-            assert_eq!(check_project_name(good), Ok(()), "{good}");
-        }
-        for bad in ["", "a/b", ".", "..", "a b", "é", &"x".repeat(129)] {
-            assert!(check_project_name(bad).is_err(), "{bad:?}");
-        }
     }
 }
 

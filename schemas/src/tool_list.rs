@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::Timestamp;
+use crate::{ProjectName, ServerKey, ServerName, Timestamp};
 
 fn schema_version() -> u32 {
     crate::SCHEMA_VERSION
@@ -25,8 +25,8 @@ pub enum SnapshotSource {
 pub struct ToolListSnapshot {
     #[serde(default = "schema_version", deserialize_with = "crate::known_schema_version")]
     pub schema_version: u32,
-    pub project: String,
-    pub server: String,
+    pub project: ProjectName,
+    pub server: ServerName,
     pub captured_at: Timestamp,
     pub source: SnapshotSource,
     /// Round trip of the probe that captured the list (probes only).
@@ -41,15 +41,21 @@ pub struct ToolListSnapshot {
 pub struct ProbeFailure {
     #[serde(default = "schema_version", deserialize_with = "crate::known_schema_version")]
     pub schema_version: u32,
-    pub project: String,
-    pub server: String,
+    pub project: ProjectName,
+    pub server: ServerName,
     pub probed_at: Timestamp,
     pub error: String,
 }
 
 impl ToolListSnapshot {
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.project, self.server)
+    pub fn key(&self) -> ServerKey {
+        ServerKey { project: self.project.clone(), server: self.server.clone() }
+    }
+}
+
+impl ProbeFailure {
+    pub fn key(&self) -> ServerKey {
+        ServerKey { project: self.project.clone(), server: self.server.clone() }
     }
 }
 
@@ -156,7 +162,7 @@ mod tests {
             "source":"sdk","tools":[{"name":"search_web","inputSchema":{"type":"object"}}]}"#;
         let snapshot: ToolListSnapshot = serde_json::from_str(text).expect("valid snapshot");
         assert_eq!(snapshot.schema_version, 1);
-        assert_eq!(snapshot.key(), "default/search-mcp");
+        assert_eq!(snapshot.key().to_string(), "default/search-mcp");
         let again: ToolListSnapshot =
             serde_json::from_str(&serde_json::to_string(&snapshot).expect("serialize")).expect("parse");
         assert_eq!(again, snapshot);

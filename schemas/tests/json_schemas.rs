@@ -37,6 +37,21 @@ fn tool_call_span() {
     check::<ToolCallSpan>(&v, span(|s| s["duration_ms"] = json!("12")), false);
     check::<ToolCallSpan>(&v, span(|s| s["unexpected"] = json!(1)), false);
     check::<ToolCallSpan>(&v, span(|s| s["schema_version"] = json!("1")), false);
+    // Names: the same rules in the schema and in the types (ProjectName, ServerName, ToolName).
+    for (field, name, valid) in [
+        ("project", "team-a", true),
+        ("project", "a/b", false),
+        ("project", "..", false),
+        ("server", "npm:server@1.0", true),
+        ("server", ".", false),
+        ("server", "a b", false),
+        ("tool", "repo/list files", true),
+        ("tool", "..", false),
+        ("tool", "a\nb", false),
+        ("tool", "", false),
+    ] {
+        check::<ToolCallSpan>(&v, span(|s| s[field] = json!(name)), valid);
+    }
 }
 
 fn snapshot(change: impl FnOnce(&mut Value)) -> Value {
@@ -56,6 +71,8 @@ fn tool_list_snapshot() {
     check::<ToolListSnapshot>(&v, snapshot(|s| s["tools"] = json!({})), false);
     check::<ToolListSnapshot>(&v, snapshot(|s| drop(s.as_object_mut().map(|o| o.remove("server")))), false);
     check::<ToolListSnapshot>(&v, snapshot(|s| s["extra"] = json!(true)), false);
+    check::<ToolListSnapshot>(&v, snapshot(|s| s["project"] = json!("a/b")), false);
+    check::<ToolListSnapshot>(&v, snapshot(|s| s["server"] = json!("..")), false);
 }
 
 #[test]

@@ -55,7 +55,7 @@ fn pairs(values: &[String], flag: &str) -> anyhow::Result<BTreeMap<String, Strin
 }
 
 pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
-    let mut target = ProbeTarget { name: "capture".into(), ..ProbeTarget::default() };
+    let mut target = ProbeTarget::named(driftline_schemas::ServerName::parse("capture")?);
     match (args.url, args.command.split_first()) {
         (Some(_), Some(_)) => bail!("give either --url or a command after --, not both"),
         (None, None) => bail!("give --url URL, or the command that starts a stdio server after --"),

@@ -7,7 +7,9 @@ use anyhow::{anyhow, Context};
 use clap::Args;
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{signal, ToolShapeState};
-use driftline_schemas::{DetectorThresholds, InputPosition, ShapeRanking, ShapeReason, ToolCallSpan};
+use driftline_schemas::{
+    DetectorThresholds, InputPosition, ProjectName, ShapeRanking, ShapeReason, ToolCallSpan, ToolKey,
+};
 use serde::Serialize;
 
 use super::EXIT_OK;
@@ -52,7 +54,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     thresholds.validate()?;
     let file =
         std::fs::File::open(&args.spans).with_context(|| format!("cannot read {}", args.spans.display()))?;
-    let mut states: HashMap<(String, String, String), ToolShapeState> = HashMap::new();
+    let mut states: HashMap<ToolKey, ToolShapeState> = HashMap::new();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for (index, line) in BufReader::new(file).lines().enumerate() {
@@ -64,10 +66,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         }
         let span: ToolCallSpan = serde_json::from_str(&line)
             .map_err(|err| anyhow!("{name}:{line_number}: invalid span: {err}"))?;
-        let project = span.project.clone().unwrap_or_else(|| "default".to_owned());
+        let project = span.project.clone().unwrap_or_else(ProjectName::default_project);
         // Replayed spans have no ingest time; their start time stands in for it.
         let record = record_from_span(&span, &project, span.started_at);
-        let state = states.entry((project, span.server.clone(), span.tool.clone())).or_default();
+        let state = states.entry(record.key()).or_default();
         if let Some(firing) = state.observe((&record).into(), &thresholds) {
             let position = InputPosition { partition: 0, offset: index as u64 };
             let signal = signal(&record, position, firing);

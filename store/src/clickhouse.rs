@@ -513,9 +513,9 @@ impl Store for ClickHouseStore {
             .iter()
             .map(|(id, call)| {
                 Ok(CallRow {
-                    project: call.project.clone(),
-                    server: call.server.clone(),
-                    tool: call.tool.clone(),
+                    project: call.project.to_string(),
+                    server: call.server.to_string(),
+                    tool: call.tool.to_string(),
                     ingested_at: ms(call.ingested_at),
                     id: id.clone(),
                     span_id: call.span_id.clone(),

@@ -220,9 +220,9 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             params![
                 id,
-                call.project,
-                call.server,
-                call.tool,
+                call.project.as_str(),
+                call.server.as_str(),
+                call.tool.as_str(),
                 call.span_id,
                 call.session_id,
                 call.agent_name,

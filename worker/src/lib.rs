@@ -18,8 +18,8 @@ use driftline_detectors::tool_drift::{
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
-    check_server_name, derive_id, DeadLetter, DetectorThresholds, Notification, NotificationKind,
-    OperatorCommand, OutputKind, ProbeFailure, ServerStatus, Timestamp, ToolCallRecord, ToolCallSpan,
+    derive_id, DeadLetter, DetectorThresholds, Notification, NotificationKind, OperatorCommand, OutputKind,
+    ProbeFailure, ProjectName, ServerKey, ServerStatus, Timestamp, ToolCallRecord, ToolCallSpan, ToolKey,
     ToolListSnapshot,
 };
 use driftline_store::{
@@ -80,9 +80,9 @@ pub struct Worker<C> {
     store: Arc<dyn Store>,
     settings: WorkerSettings,
     positions: Positions,
-    servers: HashMap<String, ServerState>,
-    tools: HashMap<String, ToolShapeState>,
-    thresholds: HashMap<String, DetectorThresholds>,
+    servers: HashMap<ServerKey, ServerState>,
+    tools: HashMap<ToolKey, ToolShapeState>,
+    thresholds: HashMap<ProjectName, DetectorThresholds>,
     /// Records that could not be used, counted (and logged) and skipped so the log keeps flowing.
     pub dead_letters: u64,
     /// Where unusable records go, with the reason (the `dead-letters` topic); without it they are only
@@ -91,14 +91,14 @@ pub struct Worker<C> {
     /// Memory holds a batch the store did not take: reload from the store before reading on.
     stale: bool,
     /// The input stream (partition) each key's state belongs to: it moves with it in a consumer group.
-    server_streams: HashMap<String, u32>,
-    tool_streams: HashMap<String, u32>,
+    server_streams: HashMap<ServerKey, u32>,
+    tool_streams: HashMap<ToolKey, u32>,
     /// In a consumer group other members apply threshold changes: re-read them now and then.
     settings_read_at: std::time::Instant,
     /// Partitions the lag gauge has a series for.
     lag_labels: Vec<String>,
-    /// Keys whose stored state cannot be read, with the reason: their records become dead letters (the
-    /// state stays in the store for repair) while every other key keeps flowing.
+    /// Keys (as on the bus) whose stored state cannot be read, with the reason: their records become dead
+    /// letters (the state stays in the store for repair) while every other key keeps flowing.
     quarantined: BTreeMap<String, String>,
 }
 
@@ -169,13 +169,17 @@ impl<C: Consumer> Worker<C> {
     fn restore(&mut self, resume: Resume) -> Result<(), WorkerError> {
         for DetectorState { kind, key, stream, state } in resume.states {
             let read = match kind.as_str() {
-                "server" => serde_json::from_str(&state).map(|state| {
-                    self.servers.insert(key.clone(), state);
-                    self.server_streams.insert(key.clone(), stream);
+                "server" => ServerKey::parse(&key).map_err(|err| err.to_string()).and_then(|parsed| {
+                    let state = serde_json::from_str(&state).map_err(|err| err.to_string())?;
+                    self.servers.insert(parsed.clone(), state);
+                    self.server_streams.insert(parsed, stream);
+                    Ok(())
                 }),
-                "tool" => serde_json::from_str(&state).map(|state| {
-                    self.tools.insert(key.clone(), state);
-                    self.tool_streams.insert(key.clone(), stream);
+                "tool" => ToolKey::parse(&key).map_err(|err| err.to_string()).and_then(|parsed| {
+                    let state = serde_json::from_str(&state).map_err(|err| err.to_string())?;
+                    self.tools.insert(parsed.clone(), state);
+                    self.tool_streams.insert(parsed, stream);
+                    Ok(())
                 }),
                 _ => Ok(()),
             };
@@ -186,7 +190,7 @@ impl<C: Consumer> Worker<C> {
             }
         }
         metrics::QUARANTINED_KEYS.set(self.quarantined.len() as i64);
-        self.thresholds = resume.settings.into_iter().collect();
+        self.thresholds = project_settings(resume.settings);
         self.settings_read_at = std::time::Instant::now();
         self.positions.extend(resume.positions);
         Ok(())
@@ -197,7 +201,7 @@ impl<C: Consumer> Worker<C> {
         let Some(change) = self.consumer.take_rebalance() else {
             if self.consumer.owned().is_some() && self.settings_read_at.elapsed() >= SETTINGS_REFRESH {
                 let resume = self.store.resume(Streams::Only(&[])).await?;
-                self.thresholds = resume.settings.into_iter().collect();
+                self.thresholds = project_settings(resume.settings);
                 self.settings_read_at = std::time::Instant::now();
             }
             return Ok(());
@@ -372,7 +376,7 @@ impl<C: Consumer> Worker<C> {
             .map(|record| {
                 (record.topic == Topic::Spans).then(|| {
                     self.read_call(record)
-                        .and_then(|call| check_key(record, &call.key()).map(|()| call))
+                        .and_then(|call| check_key(record, &call.key().to_string()).map(|()| call))
                         .map(|call| (call.identity(), call))
                         .map(|(identity, call)| SpanRecord::Call {
                             identity,
@@ -427,16 +431,12 @@ impl<C: Consumer> Worker<C> {
             // Tool lists, probe failures and baseline acceptances share the server's partition, so an
             // acceptance applies in order with the lists, on the instance that owns the server.
             Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
-                Ok(snapshot) => check_owner(&snapshot.project, &snapshot.server)
-                    .and_then(|()| check_key(record, &snapshot.key()))
+                Ok(snapshot) => check_key(record, &snapshot.key().to_string())
                     .and_then(|()| self.settings.tool_lists.check(&snapshot.tools).map_err(|e| e.to_string()))
                     .map(|()| self.tool_list(&snapshot, record, batch, dirty)),
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
-                        check_owner(&failure.project, &failure.server)
-                            .and_then(|()| {
-                                check_key(record, &format!("{}/{}", failure.project, failure.server))
-                            })
+                        check_key(record, &failure.key().to_string())
                             .map(|()| self.probe_failure(&failure, record, batch, dirty))
                     } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload) {
                         check_key(record, &command.key())
@@ -487,7 +487,6 @@ impl<C: Consumer> Worker<C> {
         // The published schema requires `project` of other producers (ingest sets it from the API key).
         let project =
             span.project.clone().ok_or("project is required (schemas/json/tool-call-span.v1.json)")?;
-        check_owner(&project, &span.server)?;
         Ok(record_from_span(&span, &project, record.appended_at))
     }
 
@@ -512,8 +511,8 @@ impl<C: Consumer> Worker<C> {
         apply_outputs(outputs, batch);
         let hash = schema_hash(&snapshot.tools);
         batch.tool_lists.push((
-            snapshot.project.clone(),
-            snapshot.server.clone(),
+            snapshot.project.to_string(),
+            snapshot.server.to_string(),
             snapshot.captured_at,
             short_hash(&hash),
             snapshot.tools.clone(),
@@ -521,7 +520,7 @@ impl<C: Consumer> Worker<C> {
         let tool_count = normalize_tools(&snapshot.tools).len() as u32;
         if was_down {
             batch.notifications.push(Notification::transition(
-                derive_id(OutputKind::Transition, &key, record.position),
+                derive_id(OutputKind::Transition, &key.to_string(), record.position),
                 &snapshot.project,
                 &snapshot.server,
                 NotificationKind::Up,
@@ -548,11 +547,11 @@ impl<C: Consumer> Worker<C> {
         batch: &mut Batch,
         dirty: &mut Dirty,
     ) {
-        let key = format!("{}/{}", failure.project, failure.server);
+        let key = failure.key();
         let state = self.servers.entry(key.clone()).or_default();
         if state.down.is_none() {
             batch.notifications.push(Notification::transition(
-                derive_id(OutputKind::Transition, &key, record.position),
+                derive_id(OutputKind::Transition, &key.to_string(), record.position),
                 &failure.project,
                 &failure.server,
                 NotificationKind::Down,
@@ -584,7 +583,7 @@ impl<C: Consumer> Worker<C> {
             metrics::SHAPE_SIGNALS.with_label_values(&[signal.ranking.as_str()]).inc();
             batch.signals.push(signal);
         }
-        batch.calls.push((derive_id(OutputKind::ToolCall, &key, record.position), call));
+        batch.calls.push((derive_id(OutputKind::ToolCall, &key.to_string(), record.position), call));
         dirty.tool(key, record);
     }
 
@@ -597,7 +596,7 @@ impl<C: Consumer> Worker<C> {
     ) {
         let result = match &command {
             OperatorCommand::AcceptBaseline { project, server, accepted_by, .. } => {
-                let key = format!("{project}/{server}");
+                let key = ServerKey::new(project.clone(), server.clone());
                 let context =
                     RecordContext { project, server, position: record.position, at: record.appended_at };
                 let (outputs, state) = match self.servers.get_mut(&key) {
@@ -625,7 +624,7 @@ impl<C: Consumer> Worker<C> {
                 }
                 apply_outputs(outputs, batch);
                 let result = AcceptResult {
-                    server_name: server.clone(),
+                    server_name: server.to_string(),
                     accepted: acceptance.is_some(),
                     previous_hash: acceptance.as_ref().map(|a| a.previous_hash.clone()),
                     new_hash: acceptance.as_ref().map(|a| a.new_hash.clone()),
@@ -637,9 +636,8 @@ impl<C: Consumer> Worker<C> {
             OperatorCommand::SetThresholds { project, thresholds, .. } => match thresholds.validate() {
                 Ok(()) => {
                     self.thresholds.insert(project.clone(), *thresholds);
-                    batch.settings.push((project.clone(), *thresholds));
-                    let prefix = format!("{project}/");
-                    for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.starts_with(&prefix)) {
+                    batch.settings.push((project.to_string(), *thresholds));
+                    for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.project == *project) {
                         state.shrink_to(thresholds.history_window);
                         dirty.tools.entry(key.clone()).or_default();
                     }
@@ -665,42 +663,45 @@ impl<C: Consumer> Worker<C> {
                 self.tool_streams.insert(key.clone(), *stream);
             }
         }
-        let row = |kind: &str, key: &String, stream: Option<&u32>, json: String| DetectorState {
+        let row = |kind: &str, key: String, stream: Option<&u32>, json: String| DetectorState {
             kind: kind.to_owned(),
-            key: key.clone(),
+            key,
             stream: stream.copied().unwrap_or_default(),
             state: json,
         };
         for key in dirty.servers.keys() {
             if let Some(state) = self.servers.get(key) {
                 let json = serde_json::to_string(state)
-                    .map_err(|err| WorkerError::State { key: key.clone(), reason: err.to_string() })?;
-                batch.states.push(row("server", key, self.server_streams.get(key), json));
+                    .map_err(|err| WorkerError::State { key: key.to_string(), reason: err.to_string() })?;
+                batch.states.push(row("server", key.to_string(), self.server_streams.get(key), json));
             }
         }
         for key in dirty.tools.keys() {
             let Some(state) = self.tools.get(key) else { continue };
             let json = serde_json::to_string(state)
-                .map_err(|err| WorkerError::State { key: key.clone(), reason: err.to_string() })?;
-            batch.states.push(row("tool", key, self.tool_streams.get(key), json));
-            let mut parts = key.splitn(3, '/');
-            let (Some(project), Some(server), Some(tool)) = (parts.next(), parts.next(), parts.next()) else {
-                continue;
-            };
-            let thresholds = self.thresholds_of(project);
+                .map_err(|err| WorkerError::State { key: key.to_string(), reason: err.to_string() })?;
+            batch.states.push(row("tool", key.to_string(), self.tool_streams.get(key), json));
+            let thresholds = self.thresholds_of(&key.project);
             batch.tool_shapes.push(ToolShapeRow {
-                project: project.to_owned(),
-                shape: shape_view(server, tool, state, &thresholds),
+                project: key.project.to_string(),
+                shape: shape_view(&key.server, &key.tool, state, &thresholds),
             });
         }
         Ok(())
     }
 }
 
-/// The project and server a record belongs to must be usable as keys.
-fn check_owner(project: &str, server: &str) -> Result<(), String> {
-    driftline_schemas::check_project_name(project)?;
-    check_server_name(server)
+/// Every project's stored settings; a row whose project is not a valid name (written by hand) is skipped.
+fn project_settings(rows: Vec<(String, DetectorThresholds)>) -> HashMap<ProjectName, DetectorThresholds> {
+    rows.into_iter()
+        .filter_map(|(project, thresholds)| match ProjectName::parse(project) {
+            Ok(project) => Some((project, thresholds)),
+            Err(err) => {
+                tracing::warn!(error = %err, "stored thresholds of an invalid project name ignored");
+                None
+            }
+        })
+        .collect()
 }
 
 /// A span record, read.
@@ -750,16 +751,16 @@ fn dead_letter(record: &Delivered, reason: String) -> Message {
 /// operator command did, which leaves the key where it is).
 #[derive(Default)]
 struct Dirty {
-    servers: BTreeMap<String, Option<u32>>,
-    tools: BTreeMap<String, Option<u32>>,
+    servers: BTreeMap<ServerKey, Option<u32>>,
+    tools: BTreeMap<ToolKey, Option<u32>>,
 }
 
 impl Dirty {
-    fn server(&mut self, key: String, record: &Delivered) {
+    fn server(&mut self, key: ServerKey, record: &Delivered) {
         self.servers.insert(key, Some(record.position.partition));
     }
 
-    fn tool(&mut self, key: String, record: &Delivered) {
+    fn tool(&mut self, key: ToolKey, record: &Delivered) {
         self.tools.insert(key, Some(record.position.partition));
     }
 }

@@ -7,7 +7,7 @@
 mod escape;
 mod walk;
 
-use driftline_schemas::{CallStatus, ShapeOutcome, Timestamp, ToolCallRecord, ToolCallSpan};
+use driftline_schemas::{CallStatus, ProjectName, ShapeOutcome, Timestamp, ToolCallRecord, ToolCallSpan};
 use sha2::{Digest, Sha256};
 
 pub use escape::escape_key_into;
@@ -87,7 +87,11 @@ fn fingerprint_checked(json: &[u8], check_utf8: bool, max_bytes: u64) -> Fingerp
 /// Ingest's shape step (DESIGN.md §2): the span without its return value, plus the value's shape,
 /// fingerprinted up to the largest cap any project may set. Detectors run the same step on raw spans that
 /// other producers publish, so both paths yield identical records.
-pub fn record_from_span(span: &ToolCallSpan, project: &str, ingested_at: Timestamp) -> ToolCallRecord {
+pub fn record_from_span(
+    span: &ToolCallSpan,
+    project: &ProjectName,
+    ingested_at: Timestamp,
+) -> ToolCallRecord {
     let print = match (&span.status, &span.return_value) {
         (CallStatus::Error, _) => {
             Fingerprint { outcome: ShapeOutcome::NotSuccess, shape: None, compact_bytes: None }
@@ -97,7 +101,7 @@ pub fn record_from_span(span: &ToolCallSpan, project: &str, ingested_at: Timesta
     };
     ToolCallRecord {
         schema_version: driftline_schemas::SCHEMA_VERSION,
-        project: project.to_owned(),
+        project: project.clone(),
         span_id: span.span_id.clone(),
         trace_id: span.trace_id.clone(),
         session_id: span.session_id.clone(),

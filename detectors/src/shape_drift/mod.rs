@@ -231,10 +231,10 @@ impl ToolShapeState {
 pub fn signal(record: &ToolCallRecord, position: InputPosition, firing: Firing) -> ShapeDriftSignal {
     let shape_hash = shape_hex8(&firing.shape);
     ShapeDriftSignal {
-        id: derive_id(OutputKind::ShapeDriftSignal, &record.key(), position),
-        project: record.project.clone(),
-        server: record.server.clone(),
-        tool: record.tool.clone(),
+        id: derive_id(OutputKind::ShapeDriftSignal, &record.key().to_string(), position),
+        project: record.project.to_string(),
+        server: record.server.to_string(),
+        tool: record.tool.to_string(),
         detected_at: record.ingested_at,
         fingerprint: format!("tool_schema_drift:{}:{shape_hash}", record.tool),
         baseline_hash: shape_hex8(&firing.baseline_shape),

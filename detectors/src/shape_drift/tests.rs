@@ -197,13 +197,13 @@ fn state_is_compact_and_round_trips() {
 fn signal_is_addressed_deterministically() {
     let record = driftline_schemas::ToolCallRecord {
         schema_version: 1,
-        project: "p".into(),
+        project: "p".parse().expect("a valid name"),
         span_id: "span-9".into(),
         trace_id: None,
         session_id: None,
         agent_name: None,
-        server: "srv".into(),
-        tool: "weather".into(),
+        server: "srv".parse().expect("a valid name"),
+        tool: "weather".parse().expect("a valid name"),
         started_at: driftline_schemas::Timestamp::parse("2026-01-01T00:00:00Z").expect("time"),
         duration_ms: 1.0,
         status: CallStatus::Success,

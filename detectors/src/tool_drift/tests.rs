@@ -740,8 +740,8 @@ fn documented_fields_ride_on_changes() {
 fn snapshot(tools: Value) -> ToolListSnapshot {
     ToolListSnapshot {
         schema_version: 1,
-        project: "p".into(),
-        server: "s".into(),
+        project: "p".parse().expect("a valid name"),
+        server: "s".parse().expect("a valid name"),
         captured_at: Timestamp::from_millis(0).expect("time"),
         source: SnapshotSource::Probe,
         latency_ms: None,
