@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use driftline_api::ApiKey;
 use driftline_detectors::tool_drift::BaselinePolicy;
+use driftline_http::ApiKey;
 use driftline_schemas::DetectorThresholds;
 use serde::Deserialize;
 

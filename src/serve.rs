@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use driftline_api::{ApiState, Auth};
+use driftline_api::ApiState;
 use driftline_bus::{KafkaBus, SqliteBus};
+use driftline_http::Auth;
 use driftline_ingest::{IngestState, Limits};
 use driftline_schemas::Timestamp;
 use driftline_store::{ClickHouseStore, SqliteStore, Store};
@@ -256,7 +257,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     println!("driftline listening on http://{address}");
     tracing::info!(%address, role = role.name(), bus = ?config.storage.bus, store = ?config.storage.store, "driftline serving");
     if !documents.is_empty() {
-        let document = driftline_api::openapi_document(documents);
+        let document = driftline_http::openapi_document(documents);
         // Serialised once: every connection shares these bytes instead of holding a copy of the document.
         let document = axum::body::Bytes::from(serde_json::to_vec(&document)?);
         app = app.route(
@@ -268,13 +269,13 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         );
     }
     // Without API keys a web page must not be able to drive a stage that holds project data.
-    let guard = driftline_api::guard::LocalGuard {
+    let guard = driftline_http::guard::LocalGuard {
         open: local_mode && role.serves_data(),
         allowed_hosts: config.server.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
     };
     let app = app
-        .layer(axum::middleware::from_fn_with_state(Arc::new(guard), driftline_api::guard::guard))
-        .layer(axum::middleware::from_fn(driftline_api::metrics::track));
+        .layer(axum::middleware::from_fn_with_state(Arc::new(guard), driftline_http::guard::guard))
+        .layer(axum::middleware::from_fn(driftline_http::metrics::track));
     let stopping = async move {
         tokio::select! {
             _ = shutdown_signal() => {}
@@ -293,7 +294,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     if let Some(supervisor) = supervisor {
         let _ = supervisor.await;
     }
-    if let Some(reason) = driftline_api::readiness::failure() {
+    if let Some(reason) = driftline_http::readiness::failure() {
         anyhow::bail!("{reason}; exiting so that it is restarted");
     }
     tracing::info!(role = role.name(), "driftline stopped");
@@ -322,7 +323,7 @@ async fn supervise(
                 }
                 Err(err) => err.to_string(),
             };
-            driftline_api::readiness::fail(format!("the detector worker stopped ({reason})"));
+            driftline_http::readiness::fail(format!("the detector worker stopped ({reason})"));
             let _ = failed.send(reason);
         }
         _ = async { stopping.wait_for(|stop| *stop).await.is_ok() } => {
@@ -345,7 +346,7 @@ async fn serve_operations(
     let address = listener.local_addr()?;
     println!("driftline listening on http://{address}");
     tracing::info!(%address, role = role.name(), store = ?config.storage.store, "driftline serving");
-    let app = app.layer(axum::middleware::from_fn(driftline_api::metrics::track));
+    let app = app.layer(axum::middleware::from_fn(driftline_http::metrics::track));
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     let _ = stop.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), futures_util::future::join_all(tasks)).await;
@@ -361,7 +362,7 @@ fn operations(store: Option<Arc<dyn Store>>, kafka: Option<KafkaBus>) -> axum::R
         let (store, kafka) = (store.clone(), kafka.clone());
         async move {
             let mut problems = Vec::new();
-            if let Some(reason) = driftline_api::readiness::failure() {
+            if let Some(reason) = driftline_http::readiness::failure() {
                 problems.push(reason);
             }
             if let Some(store) = store {
@@ -388,7 +389,7 @@ fn operations(store: Option<Arc<dyn Store>>, kafka: Option<KafkaBus>) -> axum::R
     axum::Router::new()
         .route("/healthz", get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
-        .route("/metrics", get(driftline_api::metrics::metrics))
+        .route("/metrics", get(driftline_http::metrics::metrics))
 }
 
 async fn shutdown_signal() {

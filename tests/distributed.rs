@@ -1008,43 +1008,6 @@ fn migrate_partitioner_moves_state_to_the_partitions_of_its_keys() {
     }
 }
 
-/// Stored input positions pass 2^32 on a busy partition within days: they round-trip through ClickHouse
-/// as 64-bit offsets, or the detector could never resume.
-#[test]
-fn clickhouse_positions_beyond_32_bits_round_trip() {
-    use driftline_store::{Batch, ClickHouseSettings, ClickHouseStore, Store, Streams};
-
-    let env = environment("offsets");
-    let (code, _, stderr) = driftline(&["migrate"], &env);
-    assert_eq!(code, 0, "migrate failed: {stderr}");
-    let database = setting(&env, "DRIFTLINE__CLICKHOUSE__DATABASE");
-    let settings = ClickHouseSettings { url: clickhouse_url(), database, user: None, password: None };
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        let store = ClickHouseStore::connect(&settings).await.expect("connect");
-        let far = (1u64 << 32) + 17;
-        let positions = driftline_bus::Positions::from([(3, far), (65_536, u64::from(u32::MAX) + 1)]);
-        store.apply(Batch { positions: positions.clone(), ..Default::default() }).await.expect("apply");
-        let resume = store.resume(Streams::All).await.expect("resume");
-        assert_eq!(resume.positions, positions);
-    });
-}
-
-#[test]
-fn clickhouse_keeps_the_notifiers_cursor() {
-    let env = environment("notify-cursor");
-    let (code, _, stderr) = driftline(&["migrate"], &env);
-    assert_eq!(code, 0, "migrate failed: {stderr}");
-    let database = setting(&env, "DRIFTLINE__CLICKHOUSE__DATABASE");
-    let settings =
-        driftline_store::ClickHouseSettings { url: clickhouse_url(), database, user: None, password: None };
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        let store = driftline_store::ClickHouseStore::connect(&settings).await.expect("connect");
-        support::check_notification_cursor(&store).await;
-    });
-}
-
 /// `driftline detect` whose worker stops: /readyz 503, then a non-zero exit (Kubernetes restarts the pod).
 #[test]
 fn a_detect_stage_whose_worker_stops_fails_readiness_and_exits() {

@@ -158,7 +158,7 @@ sha256 = "SHA_READER"
 "#;
 
 fn sha(key: &str) -> String {
-    driftline_api::auth::hash_key(key)
+    driftline_http::auth::hash_key(key)
 }
 
 #[test]
@@ -465,14 +465,6 @@ fn spans_sent_again_are_counted_once() {
         metrics.as_str().unwrap_or_default().contains("driftline_worker_repeated_calls_total 11"),
         "{metrics}"
     );
-}
-
-#[test]
-fn sqlite_keeps_the_notifiers_cursor() {
-    let dir = temp_dir("notify-cursor");
-    let store = driftline_store::SqliteStore::open(&dir.join("driftline.db")).expect("open the store");
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(support::check_notification_cursor(&store));
 }
 
 #[test]

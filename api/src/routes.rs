@@ -21,7 +21,9 @@ use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{server_name, tool_name, ApiError, ApiState, Params, Scope};
+use driftline_http::{server_name, tool_name, ApiError, Params, Scope};
+
+use crate::ApiState;
 
 type Answer = Result<Response, ApiError>;
 
@@ -41,7 +43,7 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(return_value_stats))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
-        .route("/metrics", get(crate::metrics::metrics))
+        .route("/metrics", get(driftline_http::metrics::metrics))
         .route("/", get(crate::dashboard::index))
         .route("/ui/app.js", get(crate::dashboard::app))
         .route("/ui/style.css", get(crate::dashboard::style))
@@ -57,7 +59,7 @@ fn ok<T: serde::Serialize>(value: T) -> Answer {
     responses((status = 200, description = "Every server of the project", body = [ServerHealth]), (status = 401, body = ErrorBody)))]
 async fn servers(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
-    ok(state.store.servers(&who.project).await?)
+    ok(state.store.servers(&who.project).await.map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/api/health/servers/{name}", tag = "health", params(("name" = String, Path, description = "Server name")),
@@ -65,7 +67,7 @@ async fn servers(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
 async fn server(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
-    let servers = state.store.servers(&who.project).await?;
+    let servers = state.store.servers(&who.project).await.map_err(ApiError::store_unavailable)?;
     match servers.into_iter().find(|s| s.server_name == name) {
         Some(server) => ok(server),
         None => Err(ApiError::not_found(format!("server {name:?} has not been seen in this project"))),
@@ -84,7 +86,7 @@ async fn drift_history(
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     let limit = Params(params).int("limit", 10, 1, 100)?;
-    ok(state.store.drift_history(&who.project, &name, limit).await?)
+    ok(state.store.drift_history(&who.project, &name, limit).await.map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/api/health/servers/{name}/drift-impact", tag = "drift",
@@ -110,7 +112,7 @@ async fn drift_impact(
         now: (state.clock)(),
         high_risk_sessions: state.high_risk_sessions,
     };
-    ok(state.store.drift_impact(query).await?)
+    ok(state.store.drift_impact(query).await.map_err(ApiError::store_unavailable)?)
 }
 
 /// Publishes a command and waits (briefly) for a worker to apply it: 200 with its result, or 202.
@@ -126,7 +128,7 @@ async fn run_command(state: &ApiState, command: OperatorCommand) -> Answer {
     state.producer.publish(vec![Message { topic, key: command.key(), payload }]).await?;
     let started = Instant::now();
     while started.elapsed() < state.command_wait {
-        if let Some(result) = state.store.command_result(&id).await? {
+        if let Some(result) = state.store.command_result(&id).await.map_err(ApiError::store_unavailable)? {
             if let Some(error) = result.get("error").and_then(Value::as_str) {
                 return Err(ApiError::bad_request(error));
             }
@@ -163,7 +165,13 @@ fn rand_u64() -> u64 {
 async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Admin)?;
     let name = server_name(&name)?;
-    let known = state.store.servers(&who.project).await?.iter().any(|s| s.server_name == name);
+    let known = state
+        .store
+        .servers(&who.project)
+        .await
+        .map_err(ApiError::store_unavailable)?
+        .iter()
+        .any(|s| s.server_name == name);
     if !known {
         return Err(ApiError::not_found(format!("server {name:?} has not been seen in this project")));
     }
@@ -178,7 +186,7 @@ async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(na
 async fn server_tools(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
-    ok(state.store.tool_schemas(&who.project, &name).await?)
+    ok(state.store.tool_schemas(&who.project, &name).await.map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/api/tools", tag = "tools", params(("hours" = Option<u32>, Query, description = "1-720, default 24")),
@@ -190,7 +198,7 @@ async fn tools(
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let hours = Params(params).int("hours", 24, 1, 720)?;
-    ok(state.store.tools(&who.project, hours, (state.clock)()).await?)
+    ok(state.store.tools(&who.project, hours, (state.clock)()).await.map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/api/tools/{server}/{tool}/shape", tag = "tools",
@@ -203,7 +211,7 @@ async fn tool_shape(
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
-    match state.store.tool_shape(&who.project, &server, &tool).await? {
+    match state.store.tool_shape(&who.project, &server, &tool).await.map_err(ApiError::store_unavailable)? {
         Some(shape) => ok(shape),
         None => {
             Err(ApiError::not_found(format!("no calls of {server}/{tool} have been seen in this project")))
@@ -220,7 +228,11 @@ async fn shape_drift(
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let hours = Params(params).int("hours", 24, 1, 720)?;
-    let groups = state.store.shape_drift(&who.project, hours, (state.clock)()).await?;
+    let groups = state
+        .store
+        .shape_drift(&who.project, hours, (state.clock)())
+        .await
+        .map_err(ApiError::store_unavailable)?;
     ok(ShapeDriftList { window_hours: hours, groups })
 }
 
@@ -240,7 +252,12 @@ fn thresholds_view(thresholds: DetectorThresholds) -> ThresholdsView {
 #[utoipa::path(get, path = "/api/settings/detector-thresholds", tag = "settings", responses((status = 200, body = ThresholdsView)))]
 async fn get_thresholds(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
-    let thresholds = state.store.thresholds(&who.project).await?.unwrap_or(state.default_thresholds);
+    let thresholds = state
+        .store
+        .thresholds(&who.project)
+        .await
+        .map_err(ApiError::store_unavailable)?
+        .unwrap_or(state.default_thresholds);
     ok(thresholds_view(thresholds))
 }
 
@@ -253,7 +270,12 @@ async fn put_thresholds(
     body: axum::body::Bytes,
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Admin)?;
-    let current = state.store.thresholds(&who.project).await?.unwrap_or(state.default_thresholds);
+    let current = state
+        .store
+        .thresholds(&who.project)
+        .await
+        .map_err(ApiError::store_unavailable)?
+        .unwrap_or(state.default_thresholds);
     // Keys left out keep their current value; unknown keys are an error that names them.
     let mut merged = serde_json::to_value(current).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let update: serde_json::Map<String, Value> = serde_json::from_slice(&body)
@@ -282,7 +304,11 @@ async fn return_value_stats(
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let hours = Params(params).int("hours", 24, 1, 720)?;
-    ok(state.store.return_value_stats(&who.project, hours, (state.clock)()).await?)
+    ok(state
+        .store
+        .return_value_stats(&who.project, hours, (state.clock)())
+        .await
+        .map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is alive")))]
@@ -293,9 +319,9 @@ async fn healthz() -> Answer {
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses((status = 200, description = "The store answers"), (status = 503, body = ErrorBody)))]
 async fn readyz(State(state): State<ApiState>) -> Answer {
-    if let Some(reason) = crate::readiness::failure() {
+    if let Some(reason) = driftline_http::readiness::failure() {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
     }
-    state.store.ping().await?;
+    state.store.ping().await.map_err(ApiError::store_unavailable)?;
     ok(json!({"status": "ready"}))
 }

@@ -12,9 +12,9 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use driftline_api::{server_name, ApiError, Auth, Scope};
 use driftline_bus::{Message, Producer, Topic};
 use driftline_detectors::shape::record_from_span;
+use driftline_http::{server_name, ApiError, Auth, Scope};
 use driftline_schemas::api::{ErrorBody, ErrorDetail};
 use driftline_schemas::{
     ProjectName, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot, ToolListTooLarge,

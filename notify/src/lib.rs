@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use driftline_schemas::{Classification, Notification, NotificationKind, Timestamp};
-use driftline_store::Store;
+use driftline_store::NotificationStore;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
@@ -163,7 +163,7 @@ struct Pending {
 pub async fn run(
     webhook: Webhook,
     settings: NotifySettings,
-    store: Arc<dyn Store>,
+    store: Arc<dyn NotificationStore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let id = webhook.id();
@@ -250,7 +250,7 @@ pub async fn run(
     tracing::info!(webhook = %id, waiting = queue.len(), "notifier stopped");
 }
 
-async fn record(store: &dyn Store, webhook: &str, id: &str, outcome: &str) {
+async fn record(store: &dyn NotificationStore, webhook: &str, id: &str, outcome: &str) {
     if let Err(err) = store.record_notified(webhook, id, outcome, now()).await {
         // Not recorded: the next poll reads it again, and it may be sent twice.
         tracing::warn!(webhook, notification = id, outcome, error = %err, "notification outcome not stored");
@@ -285,7 +285,7 @@ async fn deliver(
 pub fn spawn(
     webhooks: Vec<Webhook>,
     settings: NotifySettings,
-    store: Arc<dyn Store>,
+    store: Arc<dyn NotificationStore>,
     shutdown: watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     webhooks

@@ -19,7 +19,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
-use crate::{Batch, DetectorState, ImpactQuery, Resume, Store, StoreError, Streams};
+use crate::{
+    Batch, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume, StoreError,
+    Streams,
+};
 
 /// Migrations in order; the version is the position (1-based).
 const MIGRATIONS: &[&str] = &[
@@ -356,7 +359,7 @@ impl ClickHouseStore {
 }
 
 #[async_trait]
-impl Store for ClickHouseStore {
+impl DetectorStore for ClickHouseStore {
     async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
         let mut events = batch.events.iter().map(EventRow::new).collect::<Result<Vec<_>, _>>()?;
         let pending: BTreeSet<&str> = batch.events.iter().map(|e| e.id.as_str()).collect();
@@ -622,6 +625,36 @@ impl Store for ClickHouseStore {
         Ok(resume)
     }
 
+    async fn stored_calls(
+        &self,
+        identities: &[String],
+        since: Timestamp,
+    ) -> Result<HashMap<String, InputPosition>, StoreError> {
+        // Identities are hex digests: listed as literals, the lookup uses the sort key.
+        let hex: Vec<&String> =
+            identities.iter().filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_hexdigit())).collect();
+        let mut stored = HashMap::new();
+        for chunk in hex.chunks(1000) {
+            let list = chunk.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(",");
+            let rows: Vec<(String, u32, u64)> = self
+                .client
+                .query(&format!(
+                    "SELECT identity, partition, offset FROM call_identities FINAL
+                     WHERE identity IN ({list}) AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))"
+                ))
+                .bind(ms(since))
+                .fetch_all()
+                .await?;
+            for (identity, partition, offset) in rows {
+                stored.insert(identity, InputPosition { partition, offset });
+            }
+        }
+        Ok(stored)
+    }
+}
+
+#[async_trait]
+impl QueryStore for ClickHouseStore {
     async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError> {
         let open: Vec<(String, Option<String>, Option<String>)> = self
             .client
@@ -878,33 +911,14 @@ impl Store for ClickHouseStore {
         json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
     }
 
-    async fn stored_calls(
-        &self,
-        identities: &[String],
-        since: Timestamp,
-    ) -> Result<HashMap<String, InputPosition>, StoreError> {
-        // Identities are hex digests: listed as literals, the lookup uses the sort key.
-        let hex: Vec<&String> =
-            identities.iter().filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_hexdigit())).collect();
-        let mut stored = HashMap::new();
-        for chunk in hex.chunks(1000) {
-            let list = chunk.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(",");
-            let rows: Vec<(String, u32, u64)> = self
-                .client
-                .query(&format!(
-                    "SELECT identity, partition, offset FROM call_identities FINAL
-                     WHERE identity IN ({list}) AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))"
-                ))
-                .bind(ms(since))
-                .fetch_all()
-                .await?;
-            for (identity, partition, offset) in rows {
-                stored.insert(identity, InputPosition { partition, offset });
-            }
-        }
-        Ok(stored)
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.client.query("SELECT 1").fetch_one::<u8>().await?;
+        Ok(())
     }
+}
 
+#[async_trait]
+impl NotificationStore for ClickHouseStore {
     async fn pending_notifications(
         &self,
         webhook: &str,
@@ -941,11 +955,6 @@ impl Store for ClickHouseStore {
             sent_at: ms(at),
         };
         self.insert("notifications_sent", &[row]).await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.client.query("SELECT 1").fetch_one::<u8>().await?;
-        Ok(())
     }
 }
 

@@ -155,11 +155,24 @@ pub struct ImpactQuery<'a> {
     pub high_risk_sessions: u64,
 }
 
+/// The detector worker's side: it writes batches and resumes from them, and looks up which calls are
+/// stored already.
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait DetectorStore: Send + Sync {
     async fn apply(&self, batch: Batch) -> Result<(), StoreError>;
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError>;
+    /// Which of these call identities are stored (ingested at or after `since`), with the input record
+    /// each came from. The identities are hashes that include the project (`ToolCallRecord::identity`).
+    async fn stored_calls(
+        &self,
+        identities: &[String],
+        since: Timestamp,
+    ) -> Result<HashMap<String, InputPosition>, StoreError>;
+}
 
+/// The query API's side: every read takes the caller's project and sees nothing of another.
+#[async_trait]
+pub trait QueryStore: Send + Sync {
     async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError>;
     async fn drift_history(
         &self,
@@ -191,14 +204,13 @@ pub trait Store: Send + Sync {
     ) -> Result<ReturnValueStats, StoreError>;
     /// The result of an operator command, once a worker has applied it.
     async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError>;
-    /// Which of these call identities are stored (ingested at or after `since`), with the input record
-    /// each came from. The identities are hashes that include the project (`ToolCallRecord::identity`).
-    async fn stored_calls(
-        &self,
-        identities: &[String],
-        since: Timestamp,
-    ) -> Result<HashMap<String, InputPosition>, StoreError>;
     /// Whether the store answers at all (readiness).
+    async fn ping(&self) -> Result<(), StoreError>;
+}
+
+/// The notifier's side: notifications the worker wrote, and each webhook's record of them.
+#[async_trait]
+pub trait NotificationStore: Send + Sync {
     /// Notifications at or after `since` that `webhook` has no record of, oldest first.
     async fn pending_notifications(
         &self,
@@ -214,8 +226,12 @@ pub trait Store: Send + Sync {
         outcome: &str,
         at: Timestamp,
     ) -> Result<(), StoreError>;
-    async fn ping(&self) -> Result<(), StoreError>;
 }
+
+/// A whole store, as a process opens it and hands each stage its side.
+pub trait Store: DetectorStore + QueryStore + NotificationStore {}
+
+impl<T: DetectorStore + QueryStore + NotificationStore> Store for T {}
 
 /// The empty shape view of a tool seen only in traces so far.
 pub fn priming_shape(server: &str, tool: &str, thresholds: &DetectorThresholds) -> ToolShape {

@@ -17,7 +17,10 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
-use crate::{Batch, DetectorState, ImpactQuery, Resume, Store, StoreError, Streams};
+use crate::{
+    Batch, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume, StoreError,
+    Streams,
+};
 
 /// Migrations in order; the version is the position (1-based).
 const MIGRATIONS: &[&str] = &[
@@ -321,7 +324,7 @@ fn signal_groups(
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl DetectorStore for SqliteStore {
     async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
         Self::with(&self.writer, move |connection| {
             let transaction = connection.transaction()?;
@@ -373,6 +376,35 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn stored_calls(
+        &self,
+        identities: &[String],
+        since: Timestamp,
+    ) -> Result<HashMap<String, InputPosition>, StoreError> {
+        let identities = identities.to_vec();
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT partition, offset FROM call_identities WHERE identity = ?1 AND ingested_at >= ?2",
+            )?;
+            let mut stored = HashMap::new();
+            for identity in identities {
+                let found = select
+                    .query_row(params![identity, ms(since)], |row| {
+                        Ok(InputPosition { partition: row.get(0)?, offset: row.get::<_, i64>(1)? as u64 })
+                    })
+                    .optional()?;
+                if let Some(position) = found {
+                    stored.insert(identity, position);
+                }
+            }
+            Ok(stored)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl QueryStore for SqliteStore {
     async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError> {
         let project = project.to_owned();
         self.read(move |connection| {
@@ -648,32 +680,16 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn stored_calls(
-        &self,
-        identities: &[String],
-        since: Timestamp,
-    ) -> Result<HashMap<String, InputPosition>, StoreError> {
-        let identities = identities.to_vec();
-        self.read(move |connection| {
-            let mut select = connection.prepare_cached(
-                "SELECT partition, offset FROM call_identities WHERE identity = ?1 AND ingested_at >= ?2",
-            )?;
-            let mut stored = HashMap::new();
-            for identity in identities {
-                let found = select
-                    .query_row(params![identity, ms(since)], |row| {
-                        Ok(InputPosition { partition: row.get(0)?, offset: row.get::<_, i64>(1)? as u64 })
-                    })
-                    .optional()?;
-                if let Some(position) = found {
-                    stored.insert(identity, position);
-                }
-            }
-            Ok(stored)
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.read(|connection| {
+            Ok(connection.query_row("SELECT 1", [], |row| row.get::<_, i64>(0)).map(|_| ())?)
         })
         .await
     }
+}
 
+#[async_trait]
+impl NotificationStore for SqliteStore {
     async fn pending_notifications(
         &self,
         webhook: &str,
@@ -709,13 +725,6 @@ impl Store for SqliteStore {
                 params![webhook, id, outcome, ms(at)],
             )?;
             Ok(())
-        })
-        .await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.read(|connection| {
-            Ok(connection.query_row("SELECT 1", [], |row| row.get::<_, i64>(0)).map(|_| ())?)
         })
         .await
     }

@@ -23,7 +23,7 @@ use driftline_schemas::{
     ToolListSnapshot,
 };
 use driftline_store::{
-    Batch, DetectorState, EventUpdate, Resume, ServerRow, Store, StoreError, Streams, ToolShapeRow,
+    Batch, DetectorState, DetectorStore, EventUpdate, Resume, ServerRow, StoreError, Streams, ToolShapeRow,
 };
 use serde_json::json;
 
@@ -77,7 +77,7 @@ fn age_seconds(at: Timestamp) -> f64 {
 
 pub struct Worker<C> {
     consumer: C,
-    store: Arc<dyn Store>,
+    store: Arc<dyn DetectorStore>,
     settings: WorkerSettings,
     positions: Positions,
     servers: HashMap<ServerKey, ServerState>,
@@ -115,7 +115,7 @@ impl<C: Consumer> Worker<C> {
     /// Restores every detector state and the input positions from the store.
     pub async fn resume(
         consumer: C,
-        store: Arc<dyn Store>,
+        store: Arc<dyn DetectorStore>,
         settings: WorkerSettings,
     ) -> Result<Self, WorkerError> {
         let mut worker = Worker {

@@ -7,15 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use driftline_bus::{Message, Producer, SqliteBus, Topic};
-use driftline_schemas::api::{
-    DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
-};
-use driftline_schemas::{DetectorThresholds, SchemaDriftEvent, Timestamp};
-use driftline_store::{Batch, ImpactQuery, Resume, SqliteStore, Store, StoreError, Streams};
+use driftline_store::{Batch, DetectorStore, QueryStore, Resume, SqliteStore, StoreError, Streams};
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::{json, Value};
 
-/// The SQLite store, refusing the `fail_on`-th batch once.
+/// The SQLite store, refusing the `fail_on`-th batch once. The worker needs only the detector's side.
 struct Flaky {
     inner: SqliteStore,
     applies: AtomicUsize,
@@ -23,7 +19,7 @@ struct Flaky {
 }
 
 #[async_trait]
-impl Store for Flaky {
+impl DetectorStore for Flaky {
     async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
         if self.applies.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_on {
             return Err(StoreError::Unavailable("injected failure".into()));
@@ -33,67 +29,12 @@ impl Store for Flaky {
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
         self.inner.resume(streams).await
     }
-    async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError> {
-        self.inner.servers(project).await
-    }
-    async fn drift_history(&self, p: &str, s: &str, limit: u32) -> Result<Vec<SchemaDriftEvent>, StoreError> {
-        self.inner.drift_history(p, s, limit).await
-    }
-    async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError> {
-        self.inner.drift_impact(query).await
-    }
-    async fn tool_schemas(&self, p: &str, s: &str) -> Result<Vec<ToolSchema>, StoreError> {
-        self.inner.tool_schemas(p, s).await
-    }
-    async fn tools(&self, p: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {
-        self.inner.tools(p, hours, now).await
-    }
-    async fn tool_shape(&self, p: &str, s: &str, t: &str) -> Result<Option<ToolShape>, StoreError> {
-        self.inner.tool_shape(p, s, t).await
-    }
-    async fn shape_drift(&self, p: &str, hours: u32, now: Timestamp) -> Result<Vec<SignalGroup>, StoreError> {
-        self.inner.shape_drift(p, hours, now).await
-    }
-    async fn thresholds(&self, p: &str) -> Result<Option<DetectorThresholds>, StoreError> {
-        self.inner.thresholds(p).await
-    }
-    async fn return_value_stats(
-        &self,
-        p: &str,
-        hours: u32,
-        now: Timestamp,
-    ) -> Result<ReturnValueStats, StoreError> {
-        self.inner.return_value_stats(p, hours, now).await
-    }
-    async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError> {
-        self.inner.command_result(id).await
-    }
     async fn stored_calls(
         &self,
         identities: &[String],
         since: driftline_schemas::Timestamp,
     ) -> Result<std::collections::HashMap<String, driftline_schemas::InputPosition>, StoreError> {
         self.inner.stored_calls(identities, since).await
-    }
-    async fn pending_notifications(
-        &self,
-        webhook: &str,
-        since: driftline_schemas::Timestamp,
-        limit: usize,
-    ) -> Result<Vec<driftline_schemas::Notification>, StoreError> {
-        self.inner.pending_notifications(webhook, since, limit).await
-    }
-    async fn record_notified(
-        &self,
-        webhook: &str,
-        id: &str,
-        outcome: &str,
-        at: driftline_schemas::Timestamp,
-    ) -> Result<(), StoreError> {
-        self.inner.record_notified(webhook, id, outcome, at).await
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.inner.ping().await
     }
 }
 
@@ -132,7 +73,7 @@ async fn run(name: &str, fail_on: usize) -> (Value, usize) {
             Err(_) => failures += 1,
         }
     }
-    let shape = store.tool_shape("p", "srv", "t").await.expect("shape").expect("a tool");
+    let shape = store.inner.tool_shape("p", "srv", "t").await.expect("shape").expect("a tool");
     let view = json!({"telemetry": shape.telemetry, "window": shape.window_size, "status": shape.status,
         "groups": shape.signal_groups.iter().map(|g| (g.occurrences, g.sample_span_id.clone())).collect::<Vec<_>>()});
     (view, failures)

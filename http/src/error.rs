@@ -31,6 +31,12 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, what)
     }
 
+    /// The store cannot answer: the client should retry.
+    pub fn store_unavailable(err: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %err, "store query failed");
+        Self::unavailable(format!("the store cannot answer right now: {err}"))
+    }
+
     /// A dependency is down: the client should retry, nothing was accepted.
     pub fn unavailable(error: impl Into<String>) -> Self {
         ApiError { retry_after: Some(1), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, error) }
@@ -44,13 +50,6 @@ impl From<AuthError> for ApiError {
             AuthError::Forbidden(_) => StatusCode::FORBIDDEN,
         };
         ApiError::new(status, err.to_string())
-    }
-}
-
-impl From<driftline_store::StoreError> for ApiError {
-    fn from(err: driftline_store::StoreError) -> Self {
-        tracing::error!(error = %err, "store query failed");
-        ApiError::unavailable(format!("the store cannot answer right now: {err}"))
     }
 }
 
