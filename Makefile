@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -33,9 +33,18 @@ test: toolchain python-env mcp-servers
 	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; exit $$status
 	$(MAKE) --no-print-directory browser-test
 	$(MAKE) --no-print-directory python-test
+	$(MAKE) --no-print-directory fuzz-smoke
 	@awk '/^test result:/ { p += $$4; f += $$6 } /^# pass / { p += $$3 } /^# fail / { f += $$3 } \
 	     /^[0-9]+ (passed|failed).* in [0-9.]+s/ { for (i = 1; i < NF; i++) { if ($$(i+1) ~ /^passed/) p += $$i; if ($$(i+1) ~ /^failed/) f += $$i } } \
 	     END { print p " passed, " f " failed" }' target/test.log target/helm-check.log target/browser-test.log target/python-test.log
+
+# Every fuzz target for FUZZ_SECONDS (300) each on an optimised build; a table of executions at the end.
+fuzz:
+	scripts/fuzz.sh
+
+# Every fuzz target for a few seconds on an unoptimised build (quicker to build): part of `make test`.
+fuzz-smoke:
+	set -o pipefail; FUZZ_SECONDS=$${FUZZ_SECONDS:-5} FUZZ_PROFILE=dev scripts/fuzz.sh 2>&1 | tee target/fuzz-smoke.log
 
 # The official `mcp` Python SDK in a cached virtualenv: the capture snippet's tests (examples/python) and the
 # MCP servers the Rust end-to-end tests start (tests/mcp) use it.

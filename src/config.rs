@@ -422,6 +422,20 @@ fn describe(err: config::ConfigError) -> String {
 
 impl Config {
     /// Reads `file` (required when given explicitly, else `./driftline.toml` if present) and the environment.
+    /// Reads a configuration from TOML text alone: no environment, and `keys_file` / `webhooks_file` are
+    /// not read. Validated like [`Config::load`] (the fuzz target reads configurations this way).
+    #[allow(dead_code)] // the binary reads files with `load`; fuzz/fuzz_targets/config.rs calls this
+    pub fn from_toml(text: &str) -> anyhow::Result<Config> {
+        let config: Config = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .context("cannot read the configuration")?
+            .try_deserialize()
+            .map_err(|err| anyhow::anyhow!("invalid configuration: {}", describe(err)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
     /// Reads the defaults, the optional file and `DRIFTLINE__…` variables; every error names its key.
     pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
         let mut builder = config::Config::builder();

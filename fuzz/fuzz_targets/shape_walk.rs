@@ -1,0 +1,32 @@
+//! The return-value shape walk on any bytes: it never panics, agrees with serde_json on what is JSON,
+//! and reads text the same with or without its UTF-8 check.
+#![no_main]
+
+use driftline_detectors::shape::{fingerprint, fingerprint_str, LARGEST_MAX_BYTES};
+use driftline_schemas::ShapeOutcome;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let print = fingerprint(data, LARGEST_MAX_BYTES);
+    // The reference builds a tree: ignoring a value, serde_json skips strings without checking their UTF-8.
+    let serde = serde_json::from_slice::<serde_json::Value>(data);
+    let serde_reads = serde.is_ok();
+    let too_deep_for_serde = matches!(&serde, Err(err) if err.to_string().contains("recursion limit"));
+    match print.outcome {
+        // A shape is only ever computed from JSON.
+        ShapeOutcome::Fingerprinted | ShapeOutcome::Oversized | ShapeOutcome::TruncatedSentinel => assert!(
+            serde_reads || too_deep_for_serde,
+            "fingerprinted what serde_json refuses: {:?}",
+            String::from_utf8_lossy(data)
+        ),
+        // What serde_json reads (it stops at depth 128 itself) is never called unparseable.
+        ShapeOutcome::Unparseable => {
+            assert!(!serde_reads, "unparseable, but serde_json reads it: {:?}", String::from_utf8_lossy(data))
+        }
+        _ => {}
+    }
+    assert_eq!(print.shape.is_some(), print.outcome == ShapeOutcome::Fingerprinted);
+    if let Ok(text) = std::str::from_utf8(data) {
+        assert_eq!(fingerprint_str(text, LARGEST_MAX_BYTES), print, "the &str path differs");
+    }
+});
