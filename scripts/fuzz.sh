@@ -25,7 +25,7 @@ seed() { # seed TARGET FILES...: copy test data into the target's corpus (names 
     done
     return 0
 }
-seed shape_walk ../shared/conformance/*.json examples/tool-lists/*.json tests/golden/*.json
+seed shape_walk fuzz/seeds/shape_walk/* ../shared/conformance/*.json examples/tool-lists/*.json tests/golden/*.json
 # Each line of the spans file is a span; its return values are shapes to walk.
 mkdir -p "$OUT/corpus/shape_walk" "$OUT/corpus/wire_messages"
 python3 - "$OUT/corpus" examples/spans/weather.jsonl <<'PY'

@@ -234,11 +234,35 @@ pub struct ServerConfig {
     /// Names clients may reach this server by (the `Host` header, without port), besides `localhost` and
     /// loopback addresses in local mode. Set, they are enforced with API keys too (421 for any other).
     pub allowed_hosts: Vec<String>,
+    /// Connections open at once; further ones wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// A request's headers must arrive within this many seconds; a keep-alive connection idle this long
+    /// is closed too.
+    pub header_read_timeout_seconds: u64,
+    /// A connection on which no byte moves either way for this many seconds is closed (a stalled upload,
+    /// a client that does not read its answer).
+    pub idle_timeout_seconds: u64,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { bind: "127.0.0.1:8000".into(), allowed_hosts: Vec::new() }
+        ServerConfig {
+            bind: "127.0.0.1:8000".into(),
+            allowed_hosts: Vec::new(),
+            max_connections: 1024,
+            header_read_timeout_seconds: 10,
+            idle_timeout_seconds: 60,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn connection_limits(&self) -> driftline_http::ConnectionLimits {
+        driftline_http::ConnectionLimits {
+            max_connections: self.max_connections,
+            header_read_timeout: std::time::Duration::from_secs(self.header_read_timeout_seconds),
+            idle_timeout: std::time::Duration::from_secs(self.idle_timeout_seconds),
+        }
     }
 }
 
@@ -504,6 +528,17 @@ impl Config {
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'));
             if !valid {
                 bail!("server.allowed_hosts[{index}] = {host:?}: a host name or address without port");
+            }
+        }
+        if !(1..=1_000_000).contains(&self.server.max_connections) {
+            bail!("server.max_connections = {} must be in [1, 1000000]", self.server.max_connections);
+        }
+        for (key, value) in [
+            ("server.header_read_timeout_seconds", self.server.header_read_timeout_seconds),
+            ("server.idle_timeout_seconds", self.server.idle_timeout_seconds),
+        ] {
+            if !(1..=3_600).contains(&value) {
+                bail!("{key} = {value} must be in [1, 3600]");
             }
         }
         for (index, key) in self.auth.keys.iter().enumerate() {

@@ -285,7 +285,14 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             }
         }
     };
-    axum::serve(listener, app).with_graceful_shutdown(stopping).await?;
+    driftline_http::serve(
+        listener,
+        app,
+        config.server.connection_limits(),
+        stopping,
+        Duration::from_secs(10),
+    )
+    .await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);
     // Probes close their sessions; a stdio server gets a few seconds to exit before it is killed.
@@ -347,7 +354,8 @@ async fn serve_operations(
     println!("driftline listening on http://{address}");
     tracing::info!(%address, role = role.name(), store = ?config.storage.store, "driftline serving");
     let app = app.layer(axum::middleware::from_fn(driftline_http::metrics::track));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+    let limits = config.server.connection_limits();
+    driftline_http::serve(listener, app, limits, shutdown_signal(), Duration::from_secs(10)).await?;
     let _ = stop.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), futures_util::future::join_all(tasks)).await;
     tracing::info!(role = role.name(), "driftline stopped");

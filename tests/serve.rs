@@ -627,6 +627,83 @@ fn tool_names_with_slashes_stay_apart() {
     assert_eq!(client.get("/api/tools/srv/%2E%2E/shape").0, 400);
 }
 
+/// Slow and idle clients cannot hold the server (server.header_read_timeout_seconds, idle_timeout_seconds,
+/// max_connections): a connection that sends nothing, one that trickles its headers, and one that stalls its
+/// body are closed; connections beyond the cap wait, and are served once others close.
+#[test]
+fn slow_and_idle_connections_are_closed_and_capped() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    let dir = temp_dir("connections");
+    let env = [
+        ("DRIFTLINE__SERVER__HEADER_READ_TIMEOUT_SECONDS", "1"),
+        ("DRIFTLINE__SERVER__IDLE_TIMEOUT_SECONDS", "2"),
+        ("DRIFTLINE__SERVER__MAX_CONNECTIONS", "3"),
+    ];
+    let server = Server::start(&dir, None, &env);
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let connect = || {
+        let stream = TcpStream::connect(&address).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        stream
+    };
+    // Closed by the server within `limit`: a read returns end of file (or a reset), not the read timeout.
+    let closed_within = |mut stream: TcpStream, limit: Duration, what: &str| {
+        let started = Instant::now();
+        let mut buffer = [0u8; 1024];
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue, // a 408 answer, then the close
+            }
+        }
+        let waited = started.elapsed();
+        assert!(waited < limit, "{what}: still open after {waited:?}");
+    };
+    closed_within(connect(), Duration::from_secs(5), "a connection that sends nothing");
+    // Headers that trickle in, a byte every 300 ms, never complete in time.
+    let mut trickle = connect();
+    trickle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ").expect("write");
+    let reader = trickle.try_clone().expect("clone");
+    let writer = std::thread::spawn(move || {
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(300));
+            if trickle.write_all(b"x").is_err() {
+                return;
+            }
+        }
+    });
+    closed_within(reader, Duration::from_secs(5), "trickled headers");
+    let _ = writer.join();
+    let mut stalled = connect();
+    stalled
+        .write_all(b"POST /v1/spans HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n[")
+        .expect("write");
+    closed_within(stalled, Duration::from_secs(6), "a stalled body");
+
+    // Three idle connections take every permit; a fourth request is served once they are cut.
+    let held: Vec<TcpStream> = (0..3).map(|_| connect()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let (status, _) = server.client(None).get("/healthz");
+    assert_eq!(status, 200, "served once a permit is free");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "it waited for a permit: {:?}",
+        started.elapsed()
+    );
+    drop(held);
+    let metrics = server.client(None).get("/metrics").1;
+    let text = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        support::metric_value(&text, "driftline_http_connection_limit_reached_total").unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(server.client(None).get("/healthz").0, 200, "the server still answers");
+}
+
 /// Bounds every span meets, with answers that quote a bad value instead of echoing it.
 #[test]
 fn span_bounds_versions_and_quoted_errors() {

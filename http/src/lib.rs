@@ -8,10 +8,12 @@ pub mod guard;
 pub mod metrics;
 mod params;
 pub mod readiness;
+mod serve;
 
 pub use auth::{ApiKey, Auth, AuthError, Principal, Scope};
 pub use error::ApiError;
 pub use params::{server_name, tool_name, Params};
+pub use serve::{serve, ConnectionLimits};
 
 /// The OpenAPI document of every stage on one port, with the bearer-key security scheme.
 pub fn openapi_document(parts: Vec<utoipa::openapi::OpenApi>) -> utoipa::openapi::OpenApi {

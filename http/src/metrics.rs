@@ -41,6 +41,15 @@ pub static GUARD_REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+/// Times a new connection found every permit taken (`server.max_connections`) and had to wait.
+pub static CONNECTIONS_AT_LIMIT: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "driftline_http_connection_limit_reached_total",
+        "Connections accepted while every permit of server.max_connections was taken (they waited)"
+    )
+    .expect("metric names are static and valid")
+});
+
 /// Middleware: counts and times every request, and logs it, under its route template (not the raw path,
 /// which would make a label per server name).
 pub async fn track(request: Request, next: Next) -> Response {
