@@ -28,3 +28,14 @@ updates = 100 / mean_ns("shape_drift", "observe_window_100") * 1e9
 print(f"shape-drift detector: {updates / 1e6:.2f} M updates/s (window 100)")
 diffs = 1 / mean_ns("tool_drift", "diff_50_tools") * 1e9
 print(f"tool-list diff of two 50-tool lists: {diffs:,.0f} diffs/s")
+pair = root / "tool_drift" / "hash_and_diff_tools50"
+if pair.exists():
+    pairs = 1 / mean_ns("tool_drift", "hash_and_diff_tools50") * 1e9
+    unchanged = 1 / mean_ns("tool_drift", "hash_unchanged_tools50") * 1e9
+    # LangSight's Python on the same pair, measured on this machine kind (../shared/bench/README.md).
+    print(f"tools50 pair, parse + normalise + hash both + diff + report: {pairs:,.0f} pairs/s "
+          f"= {pairs / 485:,.0f} x LangSight's 485 pairs per CPU-second; unchanged list: {unchanged:,.0f}/s")
+for count in ["1000", "10000"]:
+    if (root / "tool_drift" / "hash_and_diff_tools" / count).exists():
+        ms = mean_ns("tool_drift", "hash_and_diff_tools", count) / 1e6
+        print(f"hash + diff of a {int(count):,}-tool pair: {ms:.1f} ms")

@@ -7,7 +7,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use driftline_detectors::shape::{fingerprint_str, LARGEST_MAX_BYTES};
 use driftline_detectors::shape_drift::{Observation, ToolShapeState};
-use driftline_detectors::tool_drift::diff_tools;
+use driftline_detectors::tool_drift::{diff_normal, diff_tools, max_classification, normalize_tools, tools_hash};
 use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome};
 use serde_json::{json, Value};
 
@@ -84,7 +84,11 @@ fn shape_drift_updates(c: &mut Criterion) {
 
 /// A 50-tool list; `variant` changes some tools the way a server upgrade does.
 fn tool_list(variant: bool) -> Vec<Value> {
-    (0..50)
+    tool_list_of(50, variant)
+}
+
+fn tool_list_of(count: usize, variant: bool) -> Vec<Value> {
+    (0..count)
         .map(|i| {
             let mut properties = json!({
                 "query": {"type": "string", "description": "What to look for", "minLength": 1},
@@ -114,6 +118,45 @@ fn tool_list_diff(c: &mut Criterion) {
     let mut group = c.benchmark_group("tool_drift");
     group.throughput(Throughput::Elements(1));
     group.bench_function("diff_50_tools", |b| b.iter(|| diff_tools(black_box(&old), black_box(&new))));
+
+    // The shared pair (../shared/bench, DRIFTLINE_BENCH_DIR): everything a peer does per pair, from text to
+    // report — parse both, normalise, hash both, diff, the report's JSON.
+    let dir = std::env::var("DRIFTLINE_BENCH_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench").to_owned());
+    let read = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).ok();
+    if let (Some(old_text), Some(new_text)) = (read("tools50_old.json"), read("tools50_new.json")) {
+        let pair = |old_text: &str, new_text: &str| {
+            let old: Vec<Value> = serde_json::from_str(old_text).expect("a tool list");
+            let new: Vec<Value> = serde_json::from_str(new_text).expect("a tool list");
+            let (old, new) = (normalize_tools(&old), normalize_tools(&new));
+            let (old_hash, new_hash) = (tools_hash(&old), tools_hash(&new));
+            let changes = if old_hash == new_hash { Vec::new() } else { diff_normal(&old, &new) };
+            let report = serde_json::to_string(&json!({"previous_hash": old_hash, "current_hash": new_hash,
+                "max_classification": max_classification(&changes), "changes": changes}))
+            .expect("a report");
+            (changes.len(), report.len())
+        };
+        let (changes, _) = pair(&old_text, &new_text);
+        eprintln!("tools50 pair: {changes} changes found");
+        group.bench_function("hash_and_diff_tools50", |b| {
+            b.iter(|| pair(black_box(&old_text), black_box(&new_text)))
+        });
+        // The common case: a probe finds the list unchanged (parse, normalise, hash, compare).
+        group.bench_function("hash_unchanged_tools50", |b| {
+            b.iter(|| pair(black_box(&old_text), black_box(&old_text)))
+        });
+    } else {
+        eprintln!("{dir}/tools50_*.json not found: tool_drift/hash_and_diff_tools50 skipped");
+    }
+    for count in [1_000, 10_000] {
+        let (old, new) = (tool_list_of(count, false), tool_list_of(count, true));
+        group.bench_function(BenchmarkId::new("hash_and_diff_tools", count), |b| {
+            b.iter(|| {
+                let (old, new) = (normalize_tools(black_box(&old)), normalize_tools(black_box(&new)));
+                (tools_hash(&old), tools_hash(&new), diff_normal(&old, &new).len())
+            })
+        });
+    }
     group.finish();
 }
 

@@ -14,7 +14,7 @@ use driftline_bus::{BusError, Consumer, Delivered, Message, Positions, Producer,
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{
-    normalize_tools, schema_hash, short_hash, HashedTools, RecordContext, ServerState, ToolListOutput,
+    normalize_tools, short_hash, HashedTools, RecordContext, ServerState, ToolListOutput,
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
@@ -507,9 +507,9 @@ impl<C: Consumer> Worker<C> {
             position: record.position,
             at: record.appended_at,
         };
-        let outputs = state.observe(snapshot, context, policy);
-        apply_outputs(outputs, batch);
-        let hash = schema_hash(&snapshot.tools);
+        let observed = state.observe_list(snapshot, context, policy);
+        apply_outputs(observed.outputs, batch);
+        let hash = observed.hash;
         batch.tool_lists.push((
             snapshot.project.to_string(),
             snapshot.server.to_string(),
@@ -517,7 +517,7 @@ impl<C: Consumer> Worker<C> {
             short_hash(&hash),
             snapshot.tools.clone(),
         ));
-        let tool_count = normalize_tools(&snapshot.tools).len() as u32;
+        let tool_count = observed.tool_count as u32;
         if was_down {
             batch.notifications.push(Notification::transition(
                 derive_id(OutputKind::Transition, &key.to_string(), record.position),

@@ -15,7 +15,7 @@ use driftline_schemas::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use canonical::{canonical_json, definition_hash, schema_hash};
+pub use canonical::{canonical_json, definition_hash, schema_hash, tools_hash};
 pub use classify::classify;
 pub use diff::{diff_normal, diff_tools, review_tool};
 pub use explain::consequence;
@@ -33,6 +33,14 @@ pub fn short_hash(hash: &str) -> String {
 pub use driftline_schemas::BaselinePolicy;
 
 /// A tool list with its full hash.
+/// What one snapshot did, with its hash (full hex) and the number of tools in it.
+#[derive(Debug)]
+pub struct Observed {
+    pub outputs: Vec<ToolListOutput>,
+    pub hash: String,
+    pub tool_count: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HashedTools {
     pub hash: String,
@@ -134,11 +142,34 @@ impl ServerState {
         context: RecordContext<'_>,
         policy: BaselinePolicy,
     ) -> Vec<ToolListOutput> {
+        self.observe_list(snapshot, context, policy).outputs
+    }
+
+    /// [`ServerState::observe`], also returning the snapshot's hash and tool count: the list is
+    /// normalised once, and the hash, the diff and the count all read that one normal form.
+    pub fn observe_list(
+        &mut self,
+        snapshot: &ToolListSnapshot,
+        context: RecordContext<'_>,
+        policy: BaselinePolicy,
+    ) -> Observed {
+        let normal = normalize_tools(&snapshot.tools);
+        let current = HashedTools { hash: tools_hash(&normal), tools: snapshot.tools.clone() };
+        let (hash, tool_count) = (current.hash.clone(), normal.len());
+        let outputs = self.observe_normal(current, &normal, context, policy);
+        Observed { outputs, hash, tool_count }
+    }
+
+    fn observe_normal(
+        &mut self,
+        current: HashedTools,
+        normal: &[NormalTool],
+        context: RecordContext<'_>,
+        policy: BaselinePolicy,
+    ) -> Vec<ToolListOutput> {
         self.down = None;
         self.rehash_if_stale();
-        let current = HashedTools::new(snapshot.tools.clone());
         let Some(baseline) = &self.baseline else {
-            let normal = normalize_tools(&current.tools);
             let names = ToolNames::new(normal.iter().map(|t| t.name.clone()).collect());
             let security_flags = normal
                 .iter()
@@ -160,7 +191,7 @@ impl ServerState {
         if self.observed.as_ref().is_some_and(|seen| seen.hash == current.hash) {
             return Vec::new(); // the same drift again: one event is enough
         }
-        let event = drift_event(baseline, &current, context);
+        let event = drift_event(baseline, &current, normal, context);
         self.observed = Some(current);
         self.last_check_drifted = true;
         let accept_now = match policy {
@@ -244,9 +275,10 @@ impl ServerState {
 fn drift_event(
     baseline: &HashedTools,
     current: &HashedTools,
+    current_normal: &[NormalTool],
     context: RecordContext<'_>,
 ) -> SchemaDriftEvent {
-    let changes = diff_tools(&baseline.tools, &current.tools);
+    let changes = diff_normal(&normalize_tools(&baseline.tools), current_normal);
     SchemaDriftEvent {
         id: derive_id(OutputKind::SchemaDriftEvent, &context.key(), context.position),
         project: context.project.to_owned(),
