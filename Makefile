@@ -42,9 +42,12 @@ test: toolchain python-env mcp-servers
 fuzz:
 	scripts/fuzz.sh
 
-# Every fuzz target for a few seconds on an unoptimised build (quicker to build): part of `make test`.
+# Every fuzz target for a few seconds on an unoptimised build (quicker to build), from the seeds only: part
+# of `make test`.
 fuzz-smoke:
-	set -o pipefail; FUZZ_SECONDS=$${FUZZ_SECONDS:-5} FUZZ_PROFILE=dev scripts/fuzz.sh 2>&1 | tee target/fuzz-smoke.log
+	@rm -rf target/fuzz-smoke/corpus
+	set -o pipefail; FUZZ_SECONDS=$${FUZZ_SECONDS:-5} FUZZ_PROFILE=dev FUZZ_OUT=target/fuzz-smoke scripts/fuzz.sh 2>&1 \
+	    | tee target/fuzz-smoke.log
 
 # The official `mcp` Python SDK in a cached virtualenv: the capture snippet's tests (examples/python) and the
 # MCP servers the Rust end-to-end tests start (tests/mcp) use it.

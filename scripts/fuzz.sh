@@ -2,14 +2,15 @@
 # Runs every fuzz target (fuzz/fuzz_targets) for FUZZ_SECONDS each, corpus seeded from the test data, and
 # prints one table of executions per target (also target/fuzz/report.json). Installs what it needs: a
 # nightly toolchain (minimal profile) and cargo-fuzz, once. FUZZ_PROFILE=dev builds without optimisation
-# (the quick smoke in `make test`); a crash fails the run and names the saved input.
+# (the quick smoke in `make test`); FUZZ_OUT=DIR keeps corpora, artifacts and logs there (target/fuzz); a
+# crash fails the run and names the saved input.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-300}
 PROFILE=${FUZZ_PROFILE:-release}
 TARGETS=${FUZZ_TARGETS:-"shape_walk tool_list wire_messages otlp_traces config"}
 CARGO_FUZZ_VERSION=0.13.2
-OUT=target/fuzz
+OUT=${FUZZ_OUT:-target/fuzz}
 
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
