@@ -41,11 +41,11 @@ pub static GUARD_REFUSALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
-/// Times a new connection found every permit taken (`server.max_connections`) and had to wait.
+/// Times a connection took the last free permit of `server.max_connections` (the next ones wait).
 pub static CONNECTIONS_AT_LIMIT: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     prometheus::register_int_counter!(
         "driftline_http_connection_limit_reached_total",
-        "Connections accepted while every permit of server.max_connections was taken (they waited)"
+        "Times every permit of server.max_connections was taken (further connections wait in the backlog)"
     )
     .expect("metric names are static and valid")
 });
