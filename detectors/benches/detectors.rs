@@ -7,7 +7,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use driftline_detectors::shape::{fingerprint_str, LARGEST_MAX_BYTES};
 use driftline_detectors::shape_drift::{Observation, ToolShapeState};
-use driftline_detectors::tool_drift::{diff_normal, diff_tools, max_classification, normalize_tools, tools_hash};
+use driftline_detectors::tool_drift::{
+    diff_normal, diff_tools, max_classification, normalize_tools, tools_hash,
+};
 use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome};
 use serde_json::{json, Value};
 
