@@ -252,13 +252,13 @@ fn thresholds_view(thresholds: DetectorThresholds) -> ThresholdsView {
 #[utoipa::path(get, path = "/api/settings/detector-thresholds", tag = "settings", responses((status = 200, body = ThresholdsView)))]
 async fn get_thresholds(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
-    let thresholds = state
-        .store
-        .thresholds(&who.project)
-        .await
-        .map_err(ApiError::store_unavailable)?
-        .unwrap_or(state.default_thresholds);
-    ok(thresholds_view(thresholds))
+    ok(thresholds_view(project_thresholds(&state, &who.project).await?))
+}
+
+/// The project's thresholds, or the defaults when it never changed them.
+async fn project_thresholds(state: &ApiState, project: &str) -> Result<DetectorThresholds, ApiError> {
+    let stored = state.store.thresholds(project).await.map_err(ApiError::store_unavailable)?;
+    Ok(stored.unwrap_or(state.default_thresholds))
 }
 
 #[utoipa::path(put, path = "/api/settings/detector-thresholds", tag = "settings",
@@ -270,12 +270,7 @@ async fn put_thresholds(
     body: axum::body::Bytes,
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Admin)?;
-    let current = state
-        .store
-        .thresholds(&who.project)
-        .await
-        .map_err(ApiError::store_unavailable)?
-        .unwrap_or(state.default_thresholds);
+    let current = project_thresholds(&state, &who.project).await?;
     // Keys left out keep their current value; unknown keys are an error that names them.
     let mut merged = serde_json::to_value(current).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let update: serde_json::Map<String, Value> = serde_json::from_slice(&body)
