@@ -172,7 +172,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             let bus =
                 SqliteBus::open(&data_dir.join("bus.db"), now_ms).context("cannot open the embedded bus")?;
             if let (true, Some(store)) = (role.detects(), &store) {
-                let worker = Worker::resume(bus.consumer(), store.clone(), settings).await?;
+                let worker = Worker::resume(bus.consumer(), store.clone(), settings)
+                    .await?
+                    .with_declarations(Arc::new(bus.clone()));
                 worker_task = Some(tokio::spawn(worker.run(stopped)));
             }
             (Arc::new(bus), None)
@@ -186,7 +188,8 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             if let (true, Some(store)) = (role.detects(), &store) {
                 let worker = Worker::resume(bus.consumer()?, store.clone(), settings)
                     .await?
-                    .with_dead_letters(Arc::new(bus.clone()));
+                    .with_dead_letters(Arc::new(bus.clone()))
+                    .with_declarations(Arc::new(bus.clone()));
                 worker_task = Some(tokio::spawn(worker.run(stopped)));
             }
             (Arc::new(bus.clone()), Some(bus))

@@ -129,6 +129,13 @@ impl Deployment for Split {
 }
 
 #[test]
+fn returns_that_break_the_declared_output_schema_are_signalled_once_on_split_stages() {
+    let dir = temp_dir("split-declared");
+    let mut split = Split::start("split-declared", &dir);
+    support::check_declared_output_mismatch(&mut split);
+}
+
+#[test]
 fn the_demo_scenario_on_split_stages_over_kafka_and_clickhouse() {
     let dir = temp_dir("split-demo");
     let split = Split::start("split-demo", &dir);

@@ -17,6 +17,97 @@ fn the_demo_scenario() {
 }
 
 #[test]
+fn returns_that_break_the_declared_output_schema_are_signalled_once_across_crashes() {
+    let dir = temp_dir("declared-output");
+    let mut server = Server::start(&dir, None, &[]);
+    support::check_declared_output_mismatch(&mut server);
+}
+
+#[test]
+fn timelines_bucket_calls_by_when_they_were_made() {
+    let dir = temp_dir("timelines");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let now = chrono::Utc::now().timestamp_millis();
+    let hour = 3_600_000;
+    let at = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .expect("time")
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    };
+    // Two hours ago: 4 calls (one error); an hour ago: 10 calls of one shape then 1 of another.
+    let mut spans = Vec::new();
+    for (i, duration) in [10.0, 20.0, 30.0, 40.0].into_iter().enumerate() {
+        let mut span = span(&format!("early-{i}"), "lookup", json!({"a": 1}));
+        span["started_at"] = json!(at(now - 2 * hour - 60_000));
+        span["duration_ms"] = json!(duration);
+        if i == 3 {
+            span["status"] = json!("error");
+            span["error"] = json!("boom");
+        }
+        spans.push(span);
+    }
+    for i in 0..11 {
+        let value = if i < 10 { json!({"a": 1}) } else { json!({"b": "x"}) };
+        let mut span = span(&format!("late-{i}"), "lookup", value);
+        span["started_at"] = json!(at(now - hour + 60_000 + i64::from(i) * 1000));
+        span["duration_ms"] = json!(100.0 + f64::from(i));
+        spans.push(span);
+    }
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+    wait_for_calls(&client, 15);
+    let timeline = client.get("/api/tools/srv/lookup/timeline?hours=6&bucket=1h").1;
+    assert_eq!(timeline["bucket_seconds"], 3600, "{timeline}");
+    let buckets = timeline["buckets"].as_array().expect("buckets");
+    // Six hours, and the hour the window's start falls in: every call of the last six hours is drawn.
+    assert_eq!(buckets.len(), 7, "{timeline}");
+    let with_calls: Vec<(u64, u64, f64, f64)> = buckets
+        .iter()
+        .filter(|b| b["calls"].as_u64() > Some(0))
+        .map(|b| {
+            let f = |k: &str| b[k].as_f64().unwrap_or(-1.0);
+            (b["calls"].as_u64().unwrap_or(0), b["errors"].as_u64().unwrap_or(0), f("p50_ms"), f("p95_ms"))
+        })
+        .collect();
+    // Nearest rank: p50 of 4 is the 2nd, p95 of 4 the 4th; of 11, the 6th and the 11th.
+    assert_eq!(with_calls, [(4, 1, 20.0, 40.0), (11, 0, 105.0, 110.0)], "{timeline}");
+    let shares: Vec<f64> = buckets.iter().filter_map(|b| b["dominant_share"].as_f64()).collect();
+    assert_eq!(shares.len(), 2, "{timeline}");
+    assert!((shares[0] - 3.0 / 3.0).abs() < 1e-9 && (shares[1] - 10.0 / 11.0).abs() < 1e-9, "{shares:?}");
+    // The shape signal is marked where the call was made, in the last bucket with calls.
+    let markers = timeline["markers"].as_array().expect("markers");
+    assert_eq!(markers.len(), 1, "{timeline}");
+    assert_eq!(markers[0]["kind"], "shape_drift");
+    let marker_at =
+        chrono::DateTime::parse_from_rfc3339(markers[0]["at"].as_str().unwrap_or("")).expect("at");
+    assert_eq!(marker_at.timestamp_millis(), now - hour + 60_000 + 10_000);
+    // The server's timeline holds the same calls; a bad window is a 400 with the reason.
+    let server_timeline = client.get("/api/health/servers/srv/timeline?hours=6&bucket=60m").1;
+    let total: u64 = server_timeline["buckets"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .filter_map(|b| b["calls"].as_u64())
+        .sum();
+    assert_eq!(total, 15, "{server_timeline}");
+    let default = client.get("/api/tools/srv/lookup/timeline?hours=24").1;
+    assert!(default["buckets"].as_array().is_some_and(|b| !b.is_empty() && b.len() <= 60), "{default}");
+    for (query, reason) in [
+        ("hours=0", "hours"),
+        ("hours=721", "hours"),
+        ("hours=720&bucket=60", "1440 buckets"),
+        ("bucket=5x", "bucket"),
+        ("bucket=10", "60 s to 30 days"),
+    ] {
+        let (status, body) = client.get(&format!("/api/tools/srv/lookup/timeline?{query}"));
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body["error"].as_str().is_some_and(|e| e.contains(reason)), "{query}: {body}");
+    }
+    let (status, body) = client.get("/api/tools/srv/%2E%2E/timeline");
+    assert_eq!(status, 400, "{body}");
+}
+
+#[test]
 fn a_restart_mid_stream_ends_where_an_uninterrupted_run_ends() {
     support::check_kill_mid_stream(|_, dir| Server::start(dir, None, &[]));
 }
@@ -340,6 +431,9 @@ fn openapi_describes_every_route() {
         "/api/health/servers/{name}/drift-accept",
         "/api/tools",
         "/api/tools/{server}/{tool}/shape",
+        "/api/tools/{server}/{tool}/contract",
+        "/api/tools/{server}/{tool}/timeline",
+        "/api/health/servers/{name}/timeline",
         "/api/shape-drift",
         "/api/settings/detector-thresholds",
         "/api/settings/return-value-stats",
@@ -354,6 +448,8 @@ fn openapi_describes_every_route() {
         "SchemaChange",
         "DriftImpact",
         "ToolShape",
+        "ContractReport",
+        "Timeline",
         "ToolCallSpan",
         "ErrorBody",
     ] {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use driftline_bus::{Message, Positions, Producer, SqliteBus, Topic};
 use driftline_schemas::{InputPosition, Timestamp};
 use driftline_store::{
-    Batch, ClickHouseSettings, ClickHouseStore, DetectorState, ImpactQuery, QueryStore, SqliteStore, Store,
-    Streams,
+    Batch, BucketQuery, ClickHouseSettings, ClickHouseStore, DetectorState, ImpactQuery, QueryStore,
+    SqliteStore, Store, Streams,
 };
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::{json, Value};
@@ -42,12 +42,16 @@ fn tool_list(project: &str, server: &str, tools: Value) -> Message {
 }
 
 fn span(project: &str, tool: &str, i: usize, session: &str, value: Value) -> Message {
+    span_of(project, "srv", tool, i, session, value)
+}
+
+fn span_of(project: &str, server: &str, tool: &str, i: usize, session: &str, value: Value) -> Message {
     let span = json!({"project": project, "span_id": format!("{tool}-{i}"), "session_id": session,
-        "agent_name": format!("agent-{session}"), "server": "srv", "tool": tool, "started_at": at(i as i64 * 1000),
+        "agent_name": format!("agent-{session}"), "server": server, "tool": tool, "started_at": at(i as i64 * 1000),
         "duration_ms": 10 + i, "status": if i % 10 == 9 { "error" } else { "success" }, "return_value": value});
     Message {
         topic: Topic::Spans,
-        key: format!("{project}/srv/{tool}"),
+        key: format!("{project}/{server}/{tool}"),
         payload: span.to_string().into_bytes(),
     }
 }
@@ -111,6 +115,23 @@ fn records() -> Vec<Message> {
     records
 }
 
+/// After the first records: a tool that declares `{"temp_c": number}` (required, nothing else) and then
+/// mostly returns `{"temp": string}`: 4 admitted calls, then 8 mismatched (and one error, which is not
+/// checked) fire a declared-output mismatch at the 12th checked call (alpha's thresholds: 5 calls, window
+/// 20). Its calls come once the declaration is on the bus.
+fn declared_records() -> (Message, Vec<Message>) {
+    let now = json!({"name": "now", "inputSchema": {"type": "object"},
+        "outputSchema": {"type": "object", "properties": {"temp_c": {"type": "number"}}, "required": ["temp_c"],
+            "additionalProperties": false}});
+    let calls = (0..13)
+        .map(|i| {
+            let value = if i < 4 { json!({"temp_c": 20.5}) } else { json!({"temp": "21C"}) };
+            span_of("alpha", "thermo", "now", i, "s0", value)
+        })
+        .collect();
+    (tool_list("alpha", "thermo", json!([now])), calls)
+}
+
 fn clock() -> i64 {
     base_ms()
 }
@@ -119,11 +140,17 @@ fn clock() -> i64 {
 async fn detect(store: Arc<dyn Store>, dir: &std::path::Path) {
     let bus = SqliteBus::open(&dir.join("bus.db"), clock).expect("bus");
     bus.publish(records()).await.expect("publish");
-    let mut worker =
-        Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("resume");
-    for _ in 0..50 {
-        if worker.poll_once(7, Duration::ZERO).await.expect("a batch").records == 0 {
-            break;
+    let mut worker = Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default())
+        .await
+        .expect("resume")
+        .with_declarations(Arc::new(bus.clone()));
+    let (declaring, calls) = declared_records();
+    for phase in [vec![declaring], calls] {
+        bus.publish(phase).await.expect("publish");
+        for _ in 0..50 {
+            if worker.poll_once(7, Duration::ZERO).await.expect("a batch").records == 0 {
+                break;
+            }
         }
     }
     // A worker that restarts from the stored position finds nothing more to do.
@@ -149,6 +176,23 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
     for tool in ["search", "fetch", "unknown"] {
         shapes[tool] = json!(store.tool_shape(project, "srv", tool).await.expect("shape"));
     }
+    shapes["thermo/now"] = json!(store.tool_shape(project, "thermo", "now").await.expect("shape"));
+    // Timelines: ten-minute buckets over the hour of the calls, for a server and for one tool.
+    let buckets = |server: &'static str, tool: Option<&'static str>| BucketQuery {
+        project,
+        server,
+        tool,
+        from: at(-600_000),
+        to: at(3_000_000),
+        bucket_ms: 600_000,
+    };
+    let timelines = json!({
+        "srv": store.call_buckets(buckets("srv", None)).await.expect("buckets"),
+        "srv/search": store.call_buckets(buckets("srv", Some("search"))).await.expect("buckets"),
+        "thermo/now": store.call_buckets(buckets("thermo", Some("now"))).await.expect("buckets"),
+        "signals/srv": store.signals(project, "srv", None, at(-1)).await.expect("signals"),
+        "signals/thermo/now": store.signals(project, "thermo", Some("now"), at(-1)).await.expect("signals"),
+    });
     let mut impact = json!({});
     for tool in ["search", "fetch"] {
         let query = ImpactQuery { project, server: "srv", tool, hours: 24, now, high_risk_sessions: 2 };
@@ -163,6 +207,7 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
         "thresholds": store.thresholds(project).await.expect("thresholds"),
         "return_value_stats": store.return_value_stats(project, 24, now).await.expect("stats"),
         "drift_impact": impact,
+        "timelines": timelines,
     })
 }
 

@@ -3,6 +3,7 @@
 
 mod dashboard;
 mod routes;
+mod timeline;
 
 use std::sync::Arc;
 

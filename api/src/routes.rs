@@ -25,7 +25,7 @@ use driftline_http::{server_name, tool_name, ApiError, Params, Scope};
 
 use crate::ApiState;
 
-type Answer = Result<Response, ApiError>;
+pub(crate) type Answer = Result<Response, ApiError>;
 
 /// The API's routes and their OpenAPI description, generated from the handlers.
 pub fn router(state: ApiState) -> (Router, OpenApi) {
@@ -38,6 +38,9 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(server_tools))
         .routes(routes!(tools))
         .routes(routes!(tool_shape))
+        .routes(routes!(crate::timeline::tool_contract))
+        .routes(routes!(crate::timeline::tool_timeline))
+        .routes(routes!(crate::timeline::server_timeline))
         .routes(routes!(shape_drift))
         .routes(routes!(get_thresholds, put_thresholds))
         .routes(routes!(return_value_stats))
@@ -51,7 +54,7 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .split_for_parts()
 }
 
-fn ok<T: serde::Serialize>(value: T) -> Answer {
+pub(crate) fn ok<T: serde::Serialize>(value: T) -> Answer {
     Ok(Json(value).into_response())
 }
 

@@ -21,6 +21,21 @@ function h(tag, props = {}, ...children) {
   return el;
 }
 
+// The same for SVG: attributes only, children are nodes or text (server text stays text here too).
+const SVG_NS = 'http://www.w3.org/2000/svg';
+function s(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    el.setAttribute(name, String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
 function show(...nodes) {
   main.replaceChildren(...nodes);
 }
@@ -71,7 +86,8 @@ const get = async (path) => (await api(path)).body;
 
 // ---------- JSON with syntax highlighting ----------
 
-function jsonNode(value, indent = 0) {
+// `marks`: key names to highlight (the keys a shape reason names).
+function jsonNode(value, indent = 0, marks = null) {
   const pad = '  '.repeat(indent);
   const out = [];
   const put = (cls, text) => out.push(h('span', { class: cls }, text));
@@ -91,7 +107,7 @@ function jsonNode(value, indent = 0) {
       if (entries.length === 0) { out.push('{}'); return; }
       out.push('{\n');
       entries.forEach(([k, item], i) => {
-        out.push(inner); put('json-key', JSON.stringify(k)); out.push(': ');
+        out.push(inner); put(marks && marks.has(k) ? 'json-key changed-path' : 'json-key', JSON.stringify(k)); out.push(': ');
         walk(item, level + 1); out.push(i < entries.length - 1 ? ',\n' : '\n');
       });
       out.push('  '.repeat(level) + '}');
@@ -106,6 +122,14 @@ function jsonNode(value, indent = 0) {
 
 const statusChip = (status) => h('span', { class: `chip status-${status}` }, status);
 // The round trip of the last probe (tools/list over HTTP, SSE or stdio); servers nobody probes show a dash.
+// Servers with tools whose returns, for now, mostly do not meet their declared outputSchema.
+const contractChip = (info) => (info && info.contract_mismatches && info.contract_mismatches.length
+  ? h('span', { class: 'chip contract-banner', title: 'most recent returns of these tools do not meet their declared outputSchema' },
+    `returns mismatch declared output: ${info.contract_mismatches.join(', ')}`)
+  : null);
+const contractState = (state) => (state
+  ? h('span', { class: `chip contract-state contract-${state}`, 'data-contract': state }, state)
+  : h('span', { class: 'muted' }, '—'));
 const probeLatency = (s) => (typeof s.latency_ms === 'number' ? `${Math.round(s.latency_ms)} ms` : '—');
 
 async function serversPage() {
@@ -122,7 +146,8 @@ async function serversPage() {
     return h('tr', { class: 'clickable', tabindex: '0', 'data-server': s.server_name, onclick: go,
       onkeydown: (e) => { if (e.key === 'Enter') go(); } },
       h('td', {}, h('a', { href: `#/servers/${encodeURIComponent(s.server_name)}/drift` }, s.server_name),
-        s.max_severity === 'high' ? h('div', { class: 'security-banner' }, '⚠ high-severity security flag') : null),
+        s.max_severity === 'high' ? h('div', { class: 'security-banner' }, '⚠ high-severity security flag') : null,
+        contractChip(s)),
       h('td', {}, statusChip(s.status)),
       h('td', { class: 'mono' }, s.schema_hash || '—'),
       h('td', {}, String(s.tool_count)),
@@ -274,13 +299,16 @@ async function schemaTab(server) {
 function toolsTable(tools, showServer) {
   if (!tools.length) return emptyBox('No tool calls seen yet. Send spans to POST /v1/spans.');
   return h('div', { class: 'table-wrap' }, h('table', { id: 'tools' },
-    h('thead', {}, h('tr', {}, [showServer ? 'Server' : null, 'Tool', 'Calls', 'Errors', 'Avg latency', 'Shape status', 'Declared']
+    h('thead', {}, h('tr', {}, [showServer ? 'Server' : null, 'Tool', 'Calls', 'Errors', 'Avg latency', 'Shape status', 'Declared', 'Contract']
       .filter(Boolean).map((t) => h('th', {}, t)))),
     h('tbody', {}, tools.map((t) => h('tr', { 'data-tool': t.tool },
       showServer ? h('td', {}, t.server) : null,
-      h('td', {}, t.tool), h('td', {}, String(t.calls)), h('td', {}, String(t.errors)),
+      h('td', {}, h('a', { href: `#/servers/${encodeURIComponent(t.server)}/timeline/${encodeURIComponent(t.tool)}`,
+        title: 'timeline of this tool' }, t.tool)),
+      h('td', {}, String(t.calls)), h('td', {}, String(t.errors)),
       h('td', {}, `${Math.round(t.avg_latency_ms)} ms`), h('td', { class: 'mono shape-status' }, t.shape_status),
-      h('td', {}, t.declared ? 'yes' : 'no — seen only in traces'))))));
+      h('td', {}, t.declared ? 'yes' : 'no — seen only in traces'),
+      h('td', { class: 'contract' }, contractState(t.contract)))))));
 }
 
 async function toolsTab(server) {
@@ -290,7 +318,7 @@ async function toolsTab(server) {
 
 // Wraps the keys named by the reasons' paths in the shape text.
 function shapeWithPaths(shape, reasons) {
-  const keys = new Set(reasons.map((r) => r.path.replace(/\[\]/g, '').split('.').pop()).filter((k) => k && k !== '(root)'));
+  const keys = reasonKeys(reasons);
   const parts = [];
   const re = /([{,])([^:{},[\]<>]+):/g;
   let last = 0;
@@ -304,20 +332,41 @@ function shapeWithPaths(shape, reasons) {
   return h('code', { class: 'mono' }, ...parts);
 }
 
+// The key names a list of shape reasons points at (the last segment of each path).
+const reasonKeys = (reasons) => new Set((reasons || []).map((r) => String(r.path || '').replace(/\[\]/g, '').split('.').pop())
+  .filter((k) => k && k !== '(root)'));
+
+// A declared schema as the API gives it (canonical JSON text), pretty-printed; the text itself otherwise.
+function declaredSchemaNode(text, reasons) {
+  try { return jsonNode(JSON.parse(text), 0, reasonKeys(reasons)); } catch { return h('code', { class: 'mono' }, text); }
+}
+
+const KIND_LABEL = { shape_drift: 'shape drift', declared_output_mismatch: 'declared output mismatch', drift_event: 'tool-list drift' };
+const kindChip = (kind) => h('span', { class: `chip kind-chip kind-${kind}`, 'data-kind': kind }, KIND_LABEL[kind] || kind);
+
 function shapeGroups(groups) {
   if (!groups.length) return emptyBox('No return-shape drift. A tool fires when a call returns a shape other than its stable baseline.');
-  return groups.map((g) => h('article', { class: `card event worst-${g.ranking === 'breaking' ? 'BREAKING' : g.ranking === 'compatible' ? 'COMPATIBLE' : 'WARNING'}`, 'data-fingerprint': g.fingerprint },
-    h('div', { class: 'event-head' }, h('strong', { class: 'mono' }, g.fingerprint),
-      h('span', { class: `chip chip-${g.ranking === 'breaking' ? 'breaking' : g.ranking === 'compatible' ? 'compatible' : 'warning'}` }, g.ranking),
-      h('span', { class: 'occurrences' }, `${g.occurrences} occurrences`)),
-    h('p', {}, `${g.server} · ${g.tool} · first seen ${when(g.first_seen)} · last seen ${when(g.last_seen)} · sample span ${g.sample_span_id}`),
-    h('div', { class: 'shape-pair' },
-      h('div', { class: 'before' }, h('span', { class: 'box-label' }, `BASELINE ${g.baseline_hash}`), shapeWithPaths(g.baseline_shape, g.reasons)),
-      h('div', { class: 'after' }, h('span', { class: 'box-label' }, `NEW ${g.shape_hash}`), shapeWithPaths(g.shape, g.reasons))),
-    h('ul', {}, g.reasons.map((r) => h('li', { class: 'mono' }, describeReason(r))))));
+  return groups.map((g) => {
+    const kind = g.kind || 'shape_drift';
+    const declared = kind === 'declared_output_mismatch';
+    return h('article', { class: `card event worst-${g.ranking === 'breaking' ? 'BREAKING' : g.ranking === 'compatible' ? 'COMPATIBLE' : 'WARNING'}`, 'data-fingerprint': g.fingerprint, 'data-kind': kind },
+      h('div', { class: 'event-head' }, h('strong', { class: 'mono' }, g.fingerprint),
+        kindChip(kind),
+        h('span', { class: `chip chip-${g.ranking === 'breaking' ? 'breaking' : g.ranking === 'compatible' ? 'compatible' : 'warning'}` }, g.ranking),
+        h('span', { class: 'occurrences' }, `${g.occurrences} occurrences`)),
+      h('p', {}, `${g.server} · `, h('a', { href: `#/servers/${encodeURIComponent(g.server)}/timeline/${encodeURIComponent(g.tool)}` }, g.tool),
+        ` · first seen ${when(g.first_seen)} · last seen ${when(g.last_seen)} · sample span ${g.sample_span_id}`),
+      h('div', { class: 'shape-pair' },
+        declared
+          ? h('div', { class: 'before declared' }, h('span', { class: 'box-label' }, `DECLARED ${g.baseline_hash}`), declaredSchemaNode(g.baseline_shape, g.reasons))
+          : h('div', { class: 'before' }, h('span', { class: 'box-label' }, `BASELINE ${g.baseline_hash}`), shapeWithPaths(g.baseline_shape, g.reasons)),
+        h('div', { class: 'after' }, h('span', { class: 'box-label' }, `NEW ${g.shape_hash}`), shapeWithPaths(g.shape, g.reasons))),
+      h('ul', {}, g.reasons.map((r) => h('li', { class: 'mono' }, describeReason(r)))));
+  });
 }
 
 function describeReason(r) {
+  if (r.detail) return `${r.path}: ${r.detail}`;
   if (r.change === 'removed') return r.after ? `${r.path}: elements gone` : `${r.path}: removed`;
   if (r.change === 'added') return r.before ? `${r.path}: was empty, now populated` : `${r.path}: added`;
   return `${r.path}: ${r.before} -> ${r.after}`;
@@ -328,13 +377,297 @@ async function shapeDriftTab(server) {
   return shapeGroups(server ? drift.groups.filter((g) => g.server === server) : drift.groups);
 }
 
-async function serverPage(server, tab) {
+// ---------- timeline: calls, latency and shape share over time, with drift markers ----------
+
+const WINDOWS = [[1, '1 h'], [6, '6 h'], [24, '24 h'], [168, '7 d'], [720, '30 d']];
+let timelineHours = 6; // kept while moving between tools and servers
+
+function duration(seconds) {
+  if (seconds % 86400 === 0) return `${seconds / 86400} d`;
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+  if (seconds % 60 === 0) return `${seconds / 60} min`;
+  return `${seconds} s`;
+}
+
+const ms = (ts) => new Date(ts).getTime();
+const fmtMs = (v) => (v >= 1000 ? `${+(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s` : `${Math.round(v)} ms`);
+
+// A round step (1, 2 or 5 × 10^k) giving about `ticks` intervals up to `max`.
+function niceTicks(max, ticks = 4, integer = false) {
+  const top = Math.max(max, integer ? 1 : 1e-9);
+  const raw = top / ticks;
+  const exp = 10 ** Math.floor(Math.log10(raw));
+  const f = raw / exp;
+  let step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * exp;
+  if (integer) step = Math.max(1, Math.round(step));
+  const end = Math.ceil(top / step - 1e-9) * step;
+  const values = [];
+  for (let v = 0; v <= end + step / 2; v += step) values.push(+v.toFixed(6));
+  return values;
+}
+
+// Time ticks at round local times, as many as fit in `width` pixels.
+const TICK_STEPS = [60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800].map((x) => x * 1000);
+function timeTicks(from, to, width) {
+  const span = to - from;
+  const long = span > 2 * 86400_000;
+  const fit = Math.max(2, Math.floor(width / (long ? 90 : 70)));
+  const step = TICK_STEPS.find((st) => span / st <= fit) || TICK_STEPS[TICK_STEPS.length - 1];
+  const local = -new Date(from).getTimezoneOffset() * 60_000;
+  const out = [];
+  for (let t = Math.ceil((from + local) / step) * step - local; t <= to; t += step) {
+    const d = new Date(t);
+    const time = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    const day = d.toLocaleDateString([], { month: 'short', day: 'numeric' });
+    out.push([t, !long ? time : step >= 86400_000 ? day : `${day} ${time}`]);
+  }
+  return out;
+}
+
+const SEVERITY_CLASS = {
+  BREAKING: 'breaking', breaking: 'breaking', WARNING: 'warning', indeterminate: 'warning',
+  COMPATIBLE: 'compatible', compatible: 'compatible',
+};
+const severityClass = (severity) => SEVERITY_CLASS[severity] || 'none';
+
+// One chart: `series` are [{ name, kind: 'bar'|'line', values: [number|null per bucket], cls }].
+function chart({ id, title, data, width, height, series, yTicks, yLabel, pointTitle }) {
+  const m = { left: 52, right: 12, top: 12, bottom: 24 };
+  const from = ms(data.from), to = ms(data.to);
+  const bucketMs = data.bucket_seconds * 1000;
+  const plotW = Math.max(40, width - m.left - m.right), plotH = height - m.top - m.bottom;
+  const x = (t) => m.left + ((Math.min(Math.max(t, from), to) - from) / (to - from || 1)) * plotW;
+  const yMax = yTicks[yTicks.length - 1] || 1;
+  const y = (v) => m.top + plotH - (v / yMax) * plotH;
+  const fix = (v) => +v.toFixed(2);
+  const svg = s('svg', { class: 'chart-svg', viewBox: `0 0 ${width} ${height}`, width, height, role: 'img',
+    'aria-label': title, 'data-chart': id });
+
+  const grid = s('g', { class: 'grid' });
+  for (const v of yTicks) {
+    grid.append(s('line', { x1: m.left, x2: m.left + plotW, y1: fix(y(v)), y2: fix(y(v)), class: v === 0 ? 'baseline' : null }),
+      s('text', { x: m.left - 6, y: fix(y(v)) + 4, 'text-anchor': 'end', class: 'axis-label y-label' }, yLabel(v)));
+  }
+  for (const [t, label] of timeTicks(from, to, plotW)) {
+    grid.append(s('line', { x1: fix(x(t)), x2: fix(x(t)), y1: m.top + plotH, y2: m.top + plotH + 4, class: 'tick' }),
+      s('text', { x: fix(x(t)), y: height - 6, 'text-anchor': 'middle', class: 'axis-label x-label' }, label));
+  }
+  svg.append(grid);
+
+  const center = (b) => ms(b.start) + bucketMs / 2;
+  const slot = (bucketMs / (to - from || 1)) * plotW;
+  for (const line of series) {
+    const g = s('g', { class: `series series-${line.name}` });
+    if (line.kind === 'bar') {
+      const w = Math.max(1, Math.min(slot * (line.barWidth || 0.7), 28));
+      data.buckets.forEach((b, i) => {
+        const v = line.values[i] || 0;
+        const cx = center(b);
+        g.append(s('rect', { class: `point bar ${line.cls}${v === 0 ? ' zero' : ''}`, 'data-series': line.name, 'data-start': b.start,
+          'data-value': v, 'data-x': fix(x(cx)), x: fix(x(cx) - w / 2), width: fix(w), y: fix(y(v)), height: fix(m.top + plotH - y(v)) },
+        s('title', {}, pointTitle(b, line))));
+      });
+    } else {
+      // Line segments only between neighbouring buckets that both have a value: a gap stays a gap.
+      let d = '';
+      line.values.forEach((v, i) => {
+        if (v === null || v === undefined) return;
+        const prev = i > 0 ? line.values[i - 1] : null;
+        d += `${prev === null || prev === undefined ? 'M' : 'L'}${fix(x(center(data.buckets[i])))},${fix(y(v))}`;
+      });
+      if (d) g.append(s('path', { d, class: `line ${line.cls}` }));
+      data.buckets.forEach((b, i) => {
+        const v = line.values[i];
+        if (v === null || v === undefined) return;
+        g.append(s('circle', { class: `point ${line.cls}`, 'data-series': line.name, 'data-start': b.start, 'data-value': v,
+          'data-x': fix(x(center(b))), cx: fix(x(center(b))), cy: fix(y(v)), r: line.r || 3 }, s('title', {}, pointTitle(b, line))));
+      });
+    }
+    svg.append(g);
+  }
+
+  const marks = s('g', { class: 'markers' });
+  for (const mk of data.markers) {
+    const mx = fix(x(ms(mk.at)));
+    const sev = severityClass(mk.severity);
+    const tip = `${when(mk.at)} · ${KIND_LABEL[mk.kind] || mk.kind} · ${mk.label}`;
+    marks.append(s('g', { class: `marker-group sev-${sev}` },
+      s('line', { class: 'marker-hit', x1: mx, x2: mx, y1: m.top, y2: m.top + plotH }, s('title', {}, tip)),
+      s('line', { class: `marker sev-${sev}`, 'data-kind': mk.kind, 'data-id': mk.id, 'data-severity': mk.severity,
+        x1: mx, x2: mx, y1: m.top, y2: m.top + plotH }, s('title', {}, tip)),
+      s('path', { class: `marker-head sev-${sev}`, d: `M${mx - 4},${m.top - 6}L${mx + 4},${m.top - 6}L${mx},${m.top}Z` }, s('title', {}, tip))));
+  }
+  svg.append(marks);
+
+  const legend = h('div', { class: 'legend' }, [...series].sort((a, b) => (a.legend || 0) - (b.legend || 0)).map((line) => h('span', { class: 'legend-item' },
+    h('span', { class: `swatch ${line.cls}` }), line.label)));
+  return h('figure', { class: 'chart', id: `chart-${id}` }, h('figcaption', {}, h('strong', {}, title), legend), svg);
+}
+
+function timelineCharts(data, width) {
+  const b = data.buckets;
+  const per = duration(data.bucket_seconds);
+  const count = (v) => String(v);
+  const calls = b.map((x) => x.calls), errors = b.map((x) => x.errors);
+  const p50 = b.map((x) => (x.calls > 0 && typeof x.p50_ms === 'number' ? x.p50_ms : null));
+  const p95 = b.map((x) => (x.calls > 0 && typeof x.p95_ms === 'number' ? x.p95_ms : null));
+  const share = b.map((x) => (typeof x.dominant_share === 'number' ? x.dominant_share * 100 : null));
+  const span = (x) => `${when(x.start)} (+${per})`;
+  const narrow = width < 500;
+  return [
+    chart({ id: 'calls', title: `Calls and errors per ${per}`, data, width, height: narrow ? 150 : 170,
+      yTicks: niceTicks(Math.max(1, ...calls), narrow ? 3 : 4, true), yLabel: count,
+      series: [
+        { name: 'calls', label: 'calls', kind: 'bar', cls: 's-calls', values: calls },
+        { name: 'errors', label: 'errors', kind: 'bar', cls: 's-errors', values: errors, barWidth: 0.4 },
+      ],
+      pointTitle: (x) => `${span(x)}: ${x.calls} call${x.calls === 1 ? '' : 's'}, ${x.errors} error${x.errors === 1 ? '' : 's'}` }),
+    chart({ id: 'latency', title: 'Latency', data, width, height: narrow ? 150 : 170,
+      yTicks: niceTicks(Math.max(1, ...p95.filter((v) => v !== null), ...p50.filter((v) => v !== null)), narrow ? 3 : 4), yLabel: fmtMs,
+      series: [
+        // p95 first, as a ring, so that a p50 dot on the same value stays visible inside it.
+        { name: 'p95', label: 'p95', kind: 'line', cls: 's-p95', values: p95, r: 4.5, legend: 1 },
+        { name: 'p50', label: 'p50', kind: 'line', cls: 's-p50', values: p50 },
+      ],
+      pointTitle: (x, line) => `${span(x)}: ${line.name} ${fmtMs(line.name === 'p50' ? x.p50_ms : x.p95_ms)} over ${x.calls} call${x.calls === 1 ? '' : 's'}` }),
+    chart({ id: 'share', title: 'Share of the dominant return shape', data, width, height: narrow ? 120 : 140,
+      yTicks: [0, 50, 100], yLabel: (v) => `${v}%`,
+      series: [{ name: 'share', label: 'dominant shape', kind: 'line', cls: 's-share', values: share }],
+      pointTitle: (x) => `${span(x)}: ${Math.round(x.dominant_share * 100)}% of ${x.fingerprinted} fingerprinted return${x.fingerprinted === 1 ? '' : 's'}` }),
+  ];
+}
+
+function markerList(server, markers) {
+  if (!markers.length) return h('p', { class: 'note', id: 'timeline-markers' }, 'No drift events or shape signals in this window.');
+  return h('ol', { id: 'timeline-markers', class: 'marker-list' }, markers.map((mk) => h('li', { 'data-kind': mk.kind, 'data-id': mk.id, class: `sev-line-${severityClass(mk.severity)}` },
+    h('div', { class: 'marker-meta' },
+      h('span', { class: 'marker-time' }, when(mk.at)),
+      h('a', { href: `#/servers/${encodeURIComponent(server)}/${mk.kind === 'drift_event' ? 'drift' : 'shape'}`, title: 'open it' }, kindChip(mk.kind)),
+      h('span', { class: `chip chip-${severityClass(mk.severity)}` }, mk.severity)),
+    h('div', { class: 'marker-label' }, mk.label))));
+}
+
+// The chart area's width in pixels, before it is in the page: the main column less its padding and a card's.
+function chartWidth() {
+  const style = getComputedStyle(main);
+  const inner = main.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  return Math.max(260, Math.floor(inner - 2 * 17));
+}
+
+function timelineView(server, data) {
+  const total = data.buckets.reduce((a, b) => a + b.calls, 0);
+  const errors = data.buckets.reduce((a, b) => a + b.errors, 0);
+  const charts = h('div', { class: 'charts' });
+  let drawn = 0;
+  const draw = (width) => { drawn = width; charts.replaceChildren(...timelineCharts(data, width)); };
+  draw(chartWidth());
+  // Redrawn at the width it really gets (and when the window is resized), not scaled.
+  const watch = new ResizeObserver((entries) => {
+    if (!charts.isConnected) { watch.disconnect(); return; }
+    const width = Math.floor(entries[0].contentRect.width);
+    if (width > 0 && Math.abs(width - drawn) > 8) draw(width);
+  });
+  watch.observe(charts);
+  return h('div', { class: 'timeline', id: 'timeline', 'data-hours': data.hours, 'data-buckets': data.buckets.length, 'data-from': data.from,
+    'data-bucket-seconds': data.bucket_seconds },
+  h('p', { class: 'timeline-summary' },
+    `${total} call${total === 1 ? '' : 's'} · ${errors} error${errors === 1 ? '' : 's'} · ${data.buckets.length} buckets of ${duration(data.bucket_seconds)} · ${when(data.from)} – ${when(data.to)}`),
+  total === 0 ? h('p', { class: 'note' }, 'No calls in this window.') : null,
+  h('div', { class: 'card chart-card' }, charts),
+  h('h2', {}, 'Markers'),
+  markerList(server, data.markers));
+}
+
+function contractPanel(server, tool, report) {
+  const panel = (...children) => h('section', { class: 'card contract-panel', id: 'contract' }, h('h2', {}, 'Declared vs observed'), ...children);
+  if (!report) return panel(h('p', {}, `${tool} has neither a declared output schema nor calls on ${server}.`));
+  const c = report.contract;
+  const observed = report.observed_shape
+    ? h('div', { class: 'box observed-shape' },
+      h('span', { class: 'box-label' }, `OBSERVED ${report.observed_hash || ''}${typeof report.observed_share === 'number' ? ` · ${Math.round(report.observed_share * 100)}% of recent returns` : ''}`),
+      shapeWithPaths(report.observed_shape, [...(report.disagreements || []), ...((c && c.last_mismatch && c.last_mismatch.reasons) || [])]))
+    : h('div', { class: 'box observed-shape' }, h('span', { class: 'box-label' }, 'OBSERVED'),
+      h('p', {}, 'No dominant return shape yet (too few calls, or no single shape dominates).'));
+  if (!c) {
+    return panel(h('p', { class: 'no-contract' }, `${tool} declares no output schema (no outputSchema in ${server}'s accepted tool list): there is nothing to check its returns against.`),
+      h('div', { class: 'shape-pair single' }, observed));
+  }
+  const reasons = (list) => h('ul', {}, list.map((r) => h('li', { class: 'mono' }, describeReason(r))));
+  const verdict = report.agrees === true
+    ? h('p', { class: 'verdict verdict-agrees' }, 'The declared schema admits the observed dominant shape.')
+    : report.agrees === false
+      ? h('div', { class: 'verdict verdict-mismatch' }, h('p', {}, 'The observed dominant shape does not meet the declared schema:'), reasons(report.disagreements || []))
+      : h('p', { class: 'verdict' }, 'Not known yet whether the declared schema admits what the tool returns.');
+  const last = c.last_mismatch;
+  return panel(
+    h('div', { class: 'contract-head' }, contractState(c.state),
+      h('span', { class: 'contract-counts' },
+        h('span', { 'data-count': 'checked' }, `${c.checked} checked`), ' · ',
+        h('span', { 'data-count': 'mismatched' }, `${c.mismatched} mismatched`), ' · ',
+        h('span', { 'data-count': 'inconclusive' }, `${c.inconclusive} inconclusive`), ' · ',
+        h('span', { 'data-count': 'window' }, `${c.window_mismatches}/${c.window_size} of the last calls mismatched`))),
+    h('div', { class: 'shape-pair contract-pair' },
+      h('div', { class: 'box declared-schema' }, h('span', { class: 'box-label' }, `DECLARED ${c.declared_hash} · ${when(c.declared_at)}`),
+        jsonNode(c.declared_schema, 0, reasonKeys([...(report.disagreements || []), ...((last && last.reasons) || [])]))),
+      observed),
+    verdict,
+    last ? h('div', { class: 'last-mismatch' },
+      h('h3', {}, 'Last mismatch'),
+      h('p', {}, `${when(last.at)} · span ${last.span_id}`),
+      h('div', { class: 'box mismatch-box' }, h('span', { class: 'box-label' }, 'RETURNED'), shapeWithPaths(last.shape, last.reasons)),
+      reasons(last.reasons)) : h('p', { class: 'note' }, 'No call has mismatched the declared schema.'),
+    report.signal_groups && report.signal_groups.length ? [h('h3', {}, 'Mismatch signals'), shapeGroups(report.signal_groups)] : null);
+}
+
+async function timelineTab(server, tool) {
+  const base = tool
+    ? `/api/tools/${encodeURIComponent(server)}/${encodeURIComponent(tool)}`
+    : `/api/health/servers/${encodeURIComponent(server)}`;
+  const [tools, contract] = await Promise.all([
+    get('/api/tools?hours=720').then((all) => all.filter((t) => t.server === server).map((t) => t.tool)),
+    tool ? get(`${base}/contract`).catch((err) => (err.status === 404 ? null : err)) : null,
+  ]);
+  const names = [...new Set([...tools, ...(tool ? [tool] : [])])].sort();
+  const picker = h('select', { id: 'timeline-tool', onchange: (e) => {
+    const t = e.target.value;
+    location.hash = `#/servers/${encodeURIComponent(server)}/timeline${t ? `/${encodeURIComponent(t)}` : ''}`;
+  } }, h('option', { value: '', selected: tool ? null : '' }, 'All tools'),
+  names.map((t) => h('option', { value: t, selected: t === tool ? '' : null }, t)));
+  const area = h('div', { class: 'timeline-area' }, h('p', { class: 'loading' }, 'Loading…'));
+  let asked = 0;
+  const load = async () => {
+    const mine = ++asked;
+    area.setAttribute('aria-busy', 'true');
+    try {
+      const data = await get(`${base}/timeline?hours=${timelineHours}`);
+      if (mine === asked) area.replaceChildren(timelineView(server, data));
+    } catch (err) {
+      if (mine === asked) area.replaceChildren(errorBox(err.message));
+    } finally {
+      if (mine === asked) area.removeAttribute('aria-busy');
+    }
+  };
+  const windowSelect = h('select', { id: 'timeline-hours', onchange: (e) => { timelineHours = Number(e.target.value); load(); } },
+    WINDOWS.map(([hours, label]) => h('option', { value: String(hours), selected: hours === timelineHours ? '' : null }, label)));
+  await load();
+  return [
+    h('div', { class: 'timeline-controls' },
+      h('label', {}, 'Tool ', picker), h('label', {}, 'Window ', windowSelect)),
+    area,
+    tool ? (contract instanceof Error ? errorBox(`contract: ${contract.message}`) : contractPanel(server, tool, contract)) : null,
+  ];
+}
+
+async function serverPage(server, tab, tool) {
   const servers = await get('/api/health/servers');
   const info = servers.find((s) => s.server_name === server);
-  const tabs = [['drift', 'Drift'], ['schema', 'Schema'], ['tools', 'Tools'], ['shape', 'Shape drift']];
-  const body = await ({ drift: driftTab, schema: schemaTab, tools: toolsTab, shape: shapeDriftTab }[tab] || driftTab)(server);
+  const tabs = [['drift', 'Drift'], ['schema', 'Schema'], ['tools', 'Tools'], ['shape', 'Shape drift'], ['timeline', 'Timeline']];
+  const pages = { drift: driftTab, schema: schemaTab, tools: toolsTab, shape: shapeDriftTab, timeline: timelineTab };
+  if (!pages[tab]) tab = 'drift';
+  const body = await pages[tab](server, tool);
   return [
     h('h1', {}, server, ' ', info ? statusChip(info.status) : null),
+    info ? contractChip(info) : null,
     info && typeof info.latency_ms === 'number' ? h('p', { class: 'probe-latency' }, `Last probe: ${probeLatency(info)}`) : null,
     info && info.note ? h('p', { class: 'note' }, info.note) : null,
     h('nav', { class: 'tabs', 'aria-label': 'Server' }, tabs.map(([id, label]) =>
@@ -397,7 +730,8 @@ async function route() {
   show(h('p', { class: 'loading' }, 'Loading…'));
   try {
     let content;
-    if (section === 'servers' && parts[1]) content = await serverPage(parts[1], parts[2] || 'drift');
+    // #/servers/NAME[/TAB[/TOOL]]: the tool only for the Timeline tab.
+    if (section === 'servers' && parts[1]) content = await serverPage(parts[1], parts[2] || 'drift', parts[3] || null);
     else if (section === 'tools') content = [h('h1', {}, 'Tools'), ...(await toolsTab(null))];
     else if (section === 'shape-drift') content = [h('h1', {}, 'Shape drift'), ...[await shapeDriftTab(null)].flat()];
     else if (section === 'settings') content = await settingsPage();

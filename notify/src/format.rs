@@ -10,7 +10,13 @@ const MAX_NOTE: usize = 500;
 /// Where the dashboard shows the server, when `public_url` is set.
 pub fn dashboard_url(public_url: Option<&str>, notification: &Notification) -> Option<String> {
     let base = public_url?.trim_end_matches('/');
-    Some(format!("{base}/#/servers/{}/drift", percent_encode(&notification.server_name)))
+    let server = percent_encode(&notification.server_name);
+    Some(match (notification.kind, &notification.tool) {
+        (NotificationKind::DeclaredOutputMismatch, Some(tool)) => {
+            format!("{base}/#/servers/{server}/timeline/{}", percent_encode(tool))
+        }
+        _ => format!("{base}/#/servers/{server}/drift"),
+    })
 }
 
 fn percent_encode(text: &str) -> String {
@@ -60,6 +66,10 @@ fn headline(notification: &Notification) -> String {
         }
         NotificationKind::Down => format!("{server} is DOWN"),
         NotificationKind::Up => format!("{server} is UP again"),
+        NotificationKind::DeclaredOutputMismatch => {
+            let tool = escape(notification.tool.as_deref().unwrap_or("?"), 100);
+            format!("BREAKING: {tool} on {server} returns what its declared output schema does not allow")
+        }
     }
 }
 
@@ -256,6 +266,49 @@ mod tests {
         assert_eq!(body["kind"], "drift");
         assert_eq!(body["classification"], "BREAKING");
         assert_eq!(body["dashboard_url"], "http://h/#/servers/search%20mcp/drift");
+    }
+
+    #[test]
+    fn a_declared_output_mismatch_names_the_tool_and_the_paths_and_links_its_timeline() {
+        let signal = driftline_schemas::ShapeDriftSignal {
+            id: "mismatch-1".into(),
+            kind: driftline_schemas::SignalKind::DeclaredOutputMismatch,
+            project: "default".into(),
+            server: "weather-mcp".into(),
+            tool: "get_forecast".into(),
+            detected_at: driftline_schemas::Timestamp::parse("2026-03-26T08:15:42.000Z").expect("time"),
+            fingerprint: "declared_output_mismatch:get_forecast:0a1b2c3d".into(),
+            shape: "{temp:string}".into(),
+            shape_hash: "0a1b2c3d".into(),
+            baseline_shape: "{}".into(),
+            baseline_hash: "12345678".into(),
+            baseline_count: 6,
+            window_size: 18,
+            ranking: driftline_schemas::ShapeRanking::Breaking,
+            reasons: vec![driftline_schemas::ShapeReason {
+                path: "temp_c".into(),
+                change: driftline_schemas::ReasonChange::Removed,
+                before: Some("number".into()),
+                after: None,
+                detail: Some("required by the declared schema, missing".into()),
+            }],
+            span_id: "s18".into(),
+            call_started_at: None,
+        };
+        let notification = Notification::output_mismatch(&signal);
+        let body = json_body(&notification, Some("http://h"));
+        assert_eq!(body["kind"], "declared_output_mismatch");
+        assert_eq!(body["id"], "mismatch-1");
+        assert_eq!(body["tool"], "get_forecast");
+        assert_eq!(body["classification"], "BREAKING");
+        assert_eq!(body["note"], "temp_c: required by the declared schema, missing");
+        assert_eq!(body["dashboard_url"], "http://h/#/servers/weather-mcp/timeline/get_forecast");
+        let slack = slack_body(&notification, None);
+        assert_eq!(
+            slack["text"],
+            "BREAKING: get_forecast on weather-mcp returns what its declared output schema does not allow"
+        );
+        assert!(slack.to_string().contains("temp_c: required by the declared schema, missing"));
     }
 
     #[test]

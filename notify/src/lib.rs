@@ -100,7 +100,9 @@ impl Webhook {
     fn wants(&self, notification: &Notification) -> bool {
         let project = self.projects.is_empty() || self.projects.iter().any(|p| notification.project == *p);
         let level = match notification.kind {
-            NotificationKind::Drift => self.min_classification.admits(notification.classification),
+            NotificationKind::Drift | NotificationKind::DeclaredOutputMismatch => {
+                self.min_classification.admits(notification.classification)
+            }
             NotificationKind::Down | NotificationKind::Up => true,
         };
         project && level

@@ -3,7 +3,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{DetectorThresholds, ServerStatus, Severity, ShapeOutcome, ShapeRanking, ShapeReason, Timestamp};
+use crate::{
+    DetectorThresholds, ServerStatus, Severity, ShapeOutcome, ShapeRanking, ShapeReason, SignalKind,
+    Timestamp,
+};
 
 /// Counts by classification: of open events (each by its worst change) in `open_drift`, of the changes
 /// inside them in `open_changes`.
@@ -33,6 +36,9 @@ pub struct ServerHealth {
     pub max_severity: Option<Severity>,
     /// Why the server is DOWN, or which drift makes it DEGRADED.
     pub note: Option<String>,
+    /// Tools whose returns, for now, mostly do not meet their declared output schema.
+    #[serde(default)]
+    pub contract_mismatches: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -100,6 +106,9 @@ pub struct ToolSummary {
     pub shape_status: String,
     /// Whether a tool list of the server declares it.
     pub declared: bool,
+    /// How its returns meet its declared output schema (`None`: it declares none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<ContractState>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -156,10 +165,137 @@ pub struct ToolShape {
     pub history_window: u32,
     pub telemetry: OutcomeCounts,
     pub signal_groups: Vec<SignalGroup>,
+    /// The declared output schema and how the returns meet it; absent when the accepted tool list
+    /// declares no `outputSchema` for the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<ToolContract>,
+}
+
+/// Where a tool's returns stand against its declared `outputSchema`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContractState {
+    /// Fewer than `min_history_calls` conclusive calls checked in the window.
+    Priming,
+    /// Mismatches do not dominate the window.
+    Agrees,
+    /// Mismatches are at least two thirds of the window (a signal fired).
+    Mismatch,
+}
+
+impl ContractState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContractState::Priming => "priming",
+            ContractState::Agrees => "agrees",
+            ContractState::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// The last call whose shape the declaration did not admit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LastMismatch {
+    pub shape: String,
+    pub reasons: Vec<ShapeReason>,
+    pub span_id: String,
+    pub at: Timestamp,
+}
+
+/// Declared vs observed for one tool (`GET /api/tools/{server}/{tool}/contract`, and inside the shape view).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ToolContract {
+    /// The accepted baseline's `outputSchema`, as declared.
+    #[schema(value_type = Object)]
+    pub declared_schema: Value,
+    pub declared_hash: String,
+    pub declared_at: Timestamp,
+    pub state: ContractState,
+    /// Conclusive calls checked against this declaration, and how many it did not admit.
+    pub checked: u64,
+    pub mismatched: u64,
+    /// Calls that could not be checked (absent, truncated, oversized or unparseable values, a schema too
+    /// large to check). A typed sentinel is admitted where it sits: it stands for a value not looked into.
+    pub inconclusive: u64,
+    /// The window the firing rule reads: its size and the mismatches in it.
+    pub window_size: u32,
+    pub window_mismatches: u32,
+    pub last_mismatch: Option<LastMismatch>,
+    /// Whether the declaration admits the tool's observed dominant shape (`None` while there is none, or
+    /// when the check is inconclusive), and why not. Set by the worker with the shape view.
+    #[serde(default)]
+    pub observed_agrees: Option<bool>,
+    #[serde(default)]
+    pub disagreements: Vec<ShapeReason>,
+}
+
+/// `GET /api/tools/{server}/{tool}/contract`: the declaration, the observed dominant shape, whether the
+/// declaration admits it, and the mismatch signals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ContractReport {
+    pub server: String,
+    pub tool: String,
+    /// `None` when the accepted tool list declares no output schema for this tool.
+    pub contract: Option<ToolContract>,
+    /// The observed dominant shape (`None` while priming or heterogeneous), its share of the window.
+    pub observed_shape: Option<String>,
+    pub observed_hash: Option<String>,
+    pub observed_share: Option<f64>,
+    /// Whether the declaration admits the observed dominant shape (`None` when either is missing or the
+    /// check is inconclusive), and why not.
+    pub agrees: Option<bool>,
+    pub disagreements: Vec<ShapeReason>,
+    pub signal_groups: Vec<SignalGroup>,
+}
+
+/// One time bucket of a tool's (or a server's) calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CallBucket {
+    /// The bucket's start (aligned to its size).
+    pub start: Timestamp,
+    pub calls: u64,
+    pub errors: u64,
+    /// Nearest-rank percentiles of `duration_ms`; `None` without calls.
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    /// Calls with a conclusive shape, and the share of the most frequent one among them (`None` without).
+    pub fingerprinted: u64,
+    pub dominant_share: Option<f64>,
+}
+
+/// Something that happened at a point in time, drawn on a timeline's axis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TimelineMarker {
+    pub at: Timestamp,
+    /// `drift_event`, `shape_drift` or `declared_output_mismatch`.
+    pub kind: String,
+    pub id: String,
+    /// The tool it concerns: a signal's tool; for a drift event on a tool's timeline that tool (the event
+    /// changed it), on a server's timeline `None`.
+    pub tool: Option<String>,
+    pub label: String,
+    /// `BREAKING`/`WARNING`/`COMPATIBLE` for drift events, the ranking for signals.
+    pub severity: String,
+}
+
+/// `GET /api/tools/{server}/{tool}/timeline` and `GET /api/health/servers/{name}/timeline`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Timeline {
+    pub server: String,
+    /// `None` for a server's timeline (all its tools).
+    pub tool: Option<String>,
+    pub hours: u32,
+    pub bucket_seconds: u32,
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub buckets: Vec<CallBucket>,
+    pub markers: Vec<TimelineMarker>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SignalGroup {
+    #[serde(default)]
+    pub kind: SignalKind,
     pub fingerprint: String,
     pub server: String,
     pub tool: String,

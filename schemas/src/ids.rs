@@ -18,6 +18,8 @@ pub enum OutputKind {
     ToolCall,
     /// A server's DOWN or UP transition, for the notifier.
     Transition,
+    /// A tool's returns stopped meeting its declared output schema (a shape signal of its own kind).
+    DeclaredOutputMismatch,
 }
 
 impl OutputKind {
@@ -28,6 +30,7 @@ impl OutputKind {
             OutputKind::BaselineAcceptance => "accept",
             OutputKind::ToolCall => "call",
             OutputKind::Transition => "transition",
+            OutputKind::DeclaredOutputMismatch => "mismatch",
         }
     }
 }

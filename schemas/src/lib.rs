@@ -6,6 +6,7 @@
 
 pub mod api;
 mod commands;
+mod declaration;
 mod ids;
 mod names;
 mod notification;
@@ -17,10 +18,11 @@ mod tool_drift;
 mod tool_list;
 
 pub use commands::{DeadLetter, OperatorCommand};
+pub use declaration::{OutputDeclaration, OUTPUT_DECLARATION};
 pub use ids::{derive_id, InputPosition, OutputKind};
 pub use names::{KeyError, NameError, ProjectName, ServerKey, ServerName, ToolKey, ToolName};
 pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES, TOP_SECURITY_FLAGS};
-pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason};
+pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason, SignalKind};
 pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
 pub use thresholds::{BaselinePolicy, DetectorThresholds, ThresholdError};
 pub use time::Timestamp;

@@ -21,6 +21,9 @@ pub enum NotificationKind {
     Down,
     /// A server that was DOWN answers again.
     Up,
+    /// A tool's returns stopped meeting its declared output schema (BREAKING for every validating client).
+    #[serde(rename = "declared_output_mismatch")]
+    DeclaredOutputMismatch,
 }
 
 impl NotificationKind {
@@ -29,6 +32,7 @@ impl NotificationKind {
             NotificationKind::Drift => "drift",
             NotificationKind::Down => "down",
             NotificationKind::Up => "up",
+            NotificationKind::DeclaredOutputMismatch => "declared_output_mismatch",
         }
     }
 }
@@ -70,9 +74,13 @@ pub struct Notification {
     pub security_flags_total: u32,
     #[serde(default)]
     pub max_severity: Option<Severity>,
-    /// Down: the probe's error. Up: how many tools the server declares.
+    /// Down: the probe's error. Up: how many tools the server declares. Mismatch: what the returns lack
+    /// or add, path by path.
     #[serde(default)]
     pub note: Option<String>,
+    /// Mismatch: the tool whose returns mismatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
 }
 
 impl Notification {
@@ -112,6 +120,29 @@ impl Notification {
             security_flags_total,
             max_severity: event.max_severity,
             note: None,
+            tool: None,
+        }
+    }
+
+    /// A declared-output mismatch signal (its id is the signal's, so a replay notifies once).
+    pub fn output_mismatch(signal: &crate::ShapeDriftSignal) -> Notification {
+        let reasons: Vec<String> = signal.reasons.iter().take(TOP_CHANGES).map(ToString::to_string).collect();
+        Notification {
+            id: signal.id.clone(),
+            project: signal.project.clone(),
+            server_name: signal.server.clone(),
+            kind: NotificationKind::DeclaredOutputMismatch,
+            at: signal.detected_at,
+            classification: Some(Classification::Breaking),
+            event_id: None,
+            event_status: None,
+            counts: ChangeCounts { breaking: signal.reasons.len() as u32, ..ChangeCounts::default() },
+            top_changes: Vec::new(),
+            security_flags: Vec::new(),
+            security_flags_total: 0,
+            max_severity: None,
+            note: Some(reasons.join("; ")),
+            tool: Some(signal.tool.clone()),
         }
     }
 
@@ -139,6 +170,7 @@ impl Notification {
             security_flags_total: 0,
             max_severity: None,
             note: Some(note),
+            tool: None,
         }
     }
 }

@@ -43,11 +43,18 @@ pub struct ShapeReason {
     pub change: ReasonChange,
     pub before: Option<String>,
     pub after: Option<String>,
+    /// How people read it, when the generic wording would mislead (a declared-output mismatch says what
+    /// the declaration asks: `temp_c: required by the declared schema, missing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 impl fmt::Display for ShapeReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let path = &self.path;
+        if let Some(detail) = &self.detail {
+            return write!(f, "{path}: {detail}");
+        }
         match (self.change, &self.before, &self.after) {
             (ReasonChange::Removed, _, Some(_)) => write!(f, "{path}: elements gone"),
             (ReasonChange::Removed, _, None) => write!(f, "{path}: removed"),
@@ -63,10 +70,47 @@ impl fmt::Display for ShapeReason {
     }
 }
 
-/// A call whose return shape differs from a stable baseline (DESIGN.md §2, §4).
+/// What a shape signal says: the return shape moved away from the tool's own stable baseline
+/// (`shape_drift`, DESIGN.md §4), or the returns stopped meeting the tool's declared `outputSchema`
+/// (`declared_output_mismatch`; the baseline is then the declared schema).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalKind {
+    #[default]
+    ShapeDrift,
+    DeclaredOutputMismatch,
+}
+
+impl SignalKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignalKind::ShapeDrift => "shape_drift",
+            SignalKind::DeclaredOutputMismatch => "declared_output_mismatch",
+        }
+    }
+}
+
+/// A call whose return shape differs from a stable baseline (DESIGN.md §2, §4), or from the tool's
+/// declared output schema (`kind`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShapeDriftSignal {
     pub id: String,
+    /// Absent in signals stored before declared outputs were checked: those are all `shape_drift`.
+    #[serde(default)]
+    pub kind: SignalKind,
     pub project: String,
     pub server: String,
     pub tool: String,
@@ -83,4 +127,7 @@ pub struct ShapeDriftSignal {
     pub ranking: ShapeRanking,
     pub reasons: Vec<ShapeReason>,
     pub span_id: String,
+    /// When the firing call was made (its `started_at`), for timelines; absent in older signals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_started_at: Option<Timestamp>,
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use comfy_table::{presets, Table};
-use driftline_schemas::api::{AcceptResult, DriftImpact, ServerHealth, ThresholdsView, ToolSchema};
+use driftline_schemas::api::{
+    AcceptResult, ContractReport, ContractState, DriftImpact, ServerHealth, ThresholdsView, ToolSchema,
+};
 use driftline_schemas::{
     BaselinePolicy, Classification, EventStatus, SchemaChange, SchemaDriftEvent, ServerStatus,
 };
@@ -151,6 +153,12 @@ pub fn health_table(servers: &[ServerHealth]) -> String {
         }
         if server.max_severity == Some(driftline_schemas::Severity::High) {
             note = format!("⚠ HIGH-SEVERITY SECURITY FLAG · {note}");
+        }
+        if !server.contract_mismatches.is_empty() {
+            note = format!(
+                "{note} (returns mismatch the declared output: {})",
+                server.contract_mismatches.join(", ")
+            );
         }
         table.add_row([
             server.server_name.clone(),
@@ -385,6 +393,79 @@ pub fn drift_accept(api: &Api, server: &str) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// Declared vs observed for one tool; exit 1 while its returns mostly mismatch the declaration.
+pub fn contract(api: &Api, server: &str, tool: &str) -> anyhow::Result<ExitCode> {
+    let report: ContractReport =
+        api.get(&format!("/api/tools/{}/{}/contract", query_value(server), query_value(tool)))?;
+    let mismatch = report.contract.as_ref().is_some_and(|c| c.state == ContractState::Mismatch);
+    match api.format() {
+        Format::Json => print_json(&report)?,
+        Format::Text => print!("{}", contract_report(&report)),
+    }
+    Ok(ExitCode::from(if mismatch { EXIT_DRIFT } else { EXIT_OK }))
+}
+
+/// The text form of `driftline contract`.
+pub fn contract_report(report: &ContractReport) -> String {
+    let mut out = format!("Contract — {} / {}\n", report.server, report.tool);
+    let Some(contract) = &report.contract else {
+        out.push_str("Declared: no outputSchema in the accepted tool list — nothing to check.\n");
+        if let Some(shape) = &report.observed_shape {
+            out.push_str(&format!("Observed: {shape}\n"));
+        }
+        return out;
+    };
+    let schema = serde_json::to_string(&contract.declared_schema).unwrap_or_default();
+    out.push_str(&format!(
+        "Declared: {} (since {}) {schema}\n",
+        contract.declared_hash, contract.declared_at
+    ));
+    match (&report.observed_shape, report.observed_share) {
+        (Some(shape), Some(share)) => {
+            out.push_str(&format!("Observed: {shape} ({:.0}% of the window)\n", share * 100.0))
+        }
+        _ => out.push_str("Observed: no dominant shape yet\n"),
+    }
+    let agreement = match report.agrees {
+        Some(true) => "yes".to_owned(),
+        Some(false) => {
+            let why: Vec<String> = report.disagreements.iter().map(ToString::to_string).collect();
+            format!("no — {}", why.join("; "))
+        }
+        None => "not known yet".to_owned(),
+    };
+    out.push_str(&format!("Agrees: {agreement}\n"));
+    out.push_str(&format!(
+        "State: {} · {} checked · {} mismatched · {} inconclusive · window {}/{} mismatched\n",
+        contract.state.as_str(),
+        contract.checked,
+        contract.mismatched,
+        contract.inconclusive,
+        contract.window_mismatches,
+        contract.window_size
+    ));
+    if let Some(last) = &contract.last_mismatch {
+        let why: Vec<String> = last.reasons.iter().map(ToString::to_string).collect();
+        out.push_str(&format!(
+            "Last mismatch: {} (span {}) {} — {}\n",
+            last.at,
+            last.span_id,
+            last.shape,
+            why.join("; ")
+        ));
+    }
+    for group in &report.signal_groups {
+        out.push_str(&format!(
+            "Signal: {} · {} occurrence(s) · first {} · last {}\n",
+            group.fingerprint, group.occurrences, group.first_seen, group.last_seen
+        ));
+    }
+    if contract.state == ContractState::Mismatch {
+        out.push_str("BREAKING: clients that validate structured results against the declared schema will reject these returns.\n");
+    }
+    out
 }
 
 pub fn schema(api: &Api, server: &str) -> anyhow::Result<ExitCode> {

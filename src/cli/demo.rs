@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use driftline_schemas::api::{ServerHealth, ShapeDriftList};
-use driftline_schemas::ServerStatus;
+use driftline_schemas::api::{ContractReport, ServerHealth, ShapeDriftList};
+use driftline_schemas::{ServerStatus, Timestamp};
 use serde_json::{json, Value};
 
 use super::client::{self, Api};
@@ -47,7 +47,10 @@ pub fn search_v2() -> Value {
 pub fn weather_v1() -> Value {
     json!([
         {"name": "get_forecast", "description": "Forecast for a city.",
-         "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+         "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+         "outputSchema": {"type": "object", "properties": {
+             "city": {"type": "string"}, "temp_c": {"type": "number"},
+             "conditions": {"type": "array", "items": {"type": "string"}}}, "required": ["city", "temp_c"]}},
         {"name": "get_alerts", "description": "Weather alerts for a region.",
          "inputSchema": {"type": "object", "properties": {"region": {"type": "string"}}, "required": ["region"]}}
     ])
@@ -67,6 +70,17 @@ pub fn weather_sdk_upgrade() -> Value {
     tools
 }
 
+/// How far back the demo's calls reach, so the timelines have hours to draw.
+const SPREAD_MS: i64 = 6 * 3_600_000;
+
+/// When the `index`-th of `count` calls was made: spread evenly over the last six hours.
+fn started(now: Timestamp, index: usize, count: usize) -> String {
+    let offset = SPREAD_MS * (2 * index as i64 + 1) / (2 * count.max(1) as i64);
+    let at = Timestamp::from_millis(now.as_millis() - SPREAD_MS + offset).unwrap_or(now);
+    at.to_string()
+}
+
+#[allow(clippy::too_many_arguments)]
 fn span(
     id: String,
     agent: &str,
@@ -75,10 +89,13 @@ fn span(
     tool: &str,
     ok: bool,
     value: Option<Value>,
+    (now, index, count): (Timestamp, usize, usize),
 ) -> Value {
+    // Latency varies from call to call, so the percentiles have something to show.
+    let duration = if ok { 120.0 + ((index * 37) % 160) as f64 } else { 2400.0 };
     let mut span = json!({"span_id": id, "trace_id": format!("trace-{session}"), "session_id": session,
-        "agent_name": agent, "server": server, "tool": tool, "started_at": "2026-03-26T08:15:42.000Z",
-        "duration_ms": if ok { 180.0 } else { 2400.0 }, "status": if ok { "success" } else { "error" }});
+        "agent_name": agent, "server": server, "tool": tool, "started_at": started(now, index, count),
+        "duration_ms": duration, "status": if ok { "success" } else { "error" }});
     if !ok {
         span["error"] = json!("upstream timeout");
     }
@@ -88,9 +105,9 @@ fn span(
     span
 }
 
-/// The scripted calls: 12 planner sessions and 3 researcher sessions call `search_web`; a travel bot
-/// gets 20 forecasts of one shape, then 3 of another.
-pub fn demo_spans() -> Vec<Value> {
+/// The scripted calls, made over the six hours before `now`: 12 planner sessions and 3 researcher
+/// sessions call `search_web`; a travel bot gets 20 forecasts of one shape, then 3 of another.
+pub fn demo_spans(now: Timestamp) -> Vec<Value> {
     let mut spans = Vec::new();
     let results =
         json!({"results": [{"title": "Drift", "url": "https://example.com", "score": 0.9}], "total": 1});
@@ -104,6 +121,7 @@ pub fn demo_spans() -> Vec<Value> {
                 "search_web",
                 true,
                 Some(results.clone()),
+                (now, session * 2 + call, 27),
             ));
         }
     }
@@ -116,11 +134,12 @@ pub fn demo_spans() -> Vec<Value> {
             "search_web",
             session != 2,
             Some(results.clone()),
+            (now, 24 + session, 27),
         ));
     }
     for call in 0..20 {
         let value =
-            json!({"city": "Melbourne", "temp_c": 18.5 + f64::from(call) / 10.0, "conditions": ["sunny"]});
+            json!({"city": "Melbourne", "temp_c": 18.5 + call as f64 / 10.0, "conditions": ["sunny"]});
         spans.push(span(
             format!("travel-{call}"),
             "travel-bot",
@@ -129,6 +148,7 @@ pub fn demo_spans() -> Vec<Value> {
             "get_forecast",
             true,
             Some(value),
+            (now, call, 23),
         ));
     }
     for call in 20..23 {
@@ -141,6 +161,7 @@ pub fn demo_spans() -> Vec<Value> {
             "get_forecast",
             true,
             Some(value),
+            (now, call, 23),
         ));
     }
     spans
@@ -167,8 +188,14 @@ pub fn run(api: &Api, accept: bool) -> anyhow::Result<ExitCode> {
     say("1. search-mcp and weather-mcp declare their tools (the first list becomes each baseline)");
     api.send("PUT", "/api/servers/search-mcp/tools", &search_v1())?;
     api.send("PUT", "/api/servers/weather-mcp/tools", &weather_v1())?;
-    say("2. agents call the tools (planner: 12 sessions, researcher: 3, travel-bot: 23 forecasts)");
-    api.send("POST", "/v1/spans", &Value::Array(demo_spans()))?;
+    // The declaration reaches the tool in order with its calls: calls sent before it are not checked.
+    wait_until("get_forecast's declared output", || {
+        Ok(api
+            .get::<ContractReport>("/api/tools/weather-mcp/get_forecast/contract")
+            .is_ok_and(|r| r.contract.is_some()))
+    })?;
+    say("2. agents call the tools over the last 6 hours (planner: 12 sessions, researcher: 3, travel-bot: 23 forecasts)");
+    api.send("POST", "/v1/spans", &Value::Array(demo_spans(Timestamp::from(chrono::Utc::now()))))?;
     say("3. search-mcp ships a new tool list: a new required parameter, a poisoned description, a new tool");
     api.send("PUT", "/api/servers/search-mcp/tools", &search_v2())?;
     wait_until("search-mcp to show its drift", || {
@@ -195,6 +222,8 @@ pub fn run(api: &Api, accept: bool) -> anyhow::Result<ExitCode> {
     client::drift(api, "search-mcp", 24)?;
     say("\n== driftline drift-impact search-mcp --tool search_web");
     client::drift_impact(api, "search-mcp", "search_web", 24)?;
+    say("\n== driftline contract weather-mcp get_forecast");
+    client::contract(api, "weather-mcp", "get_forecast")?;
     let drift: ShapeDriftList = api.get("/api/shape-drift?hours=24")?;
     match api.format() {
         Format::Json => println!("{}", serde_json::to_string_pretty(&drift)?),

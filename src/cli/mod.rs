@@ -122,6 +122,13 @@ enum Command {
         #[command(flatten)]
         connection: client::Connection,
     },
+    /// A tool's declared output schema next to what it returns (exit 1 while its returns mostly mismatch).
+    Contract {
+        server: String,
+        tool: String,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
     /// The tools a server declares, with their parameters.
     Schema {
         server: String,
@@ -249,6 +256,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client::drift_accept(&client::Api::new(connection), &server)
         }
         Command::Schema { server, connection } => client::schema(&client::Api::new(connection), &server),
+        Command::Contract { server, tool, connection } => {
+            client::contract(&client::Api::new(connection), &server, &tool)
+        }
         Command::Demo { keep_drift, connection } => demo::run(&client::Api::new(connection), !keep_drift),
     }
 }

@@ -10,18 +10,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use clickhouse::{Client, Row};
 use driftline_schemas::api::{
-    DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
+    CallBucket, DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
-    DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus, Timestamp,
+    DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
+    ShapeDriftSignal, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
 use crate::{
-    Batch, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume, StoreError,
-    Streams,
+    Batch, BucketQuery, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume,
+    StoreError, Streams,
 };
 
 /// Migrations in order; the version is the position (1-based).
@@ -700,6 +701,7 @@ impl QueryStore for ClickHouseStore {
                     max_severity: open.max_severity.as_deref().map(parse_name).transpose()?,
                     note: row.note,
                     server_name: row.server_name,
+                    contract_mismatches: Vec::new(),
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -709,7 +711,18 @@ impl QueryStore for ClickHouseStore {
             .bind(project)
             .fetch_all()
             .await?;
-        Ok(views::with_trace_only_servers(servers, traced))
+        let servers = views::with_trace_only_servers(servers, traced);
+        // The LIKE only narrows the rows read; the JSON decides.
+        let mismatched: Vec<(String, String, String)> = self
+            .client
+            .query(
+                "SELECT server, tool, shape FROM tool_shapes FINAL
+                 WHERE project = ? AND position(shape, '\"mismatch\"') > 0",
+            )
+            .bind(project)
+            .fetch_all()
+            .await?;
+        Ok(views::with_contract_mismatches(servers, views::contract_mismatches(mismatched)?))
     }
 
     async fn drift_history(
@@ -899,6 +912,80 @@ impl QueryStore for ClickHouseStore {
             .fetch_all()
             .await?;
         Ok(views::return_value_stats(hours, rows))
+    }
+
+    async fn call_buckets(&self, query: BucketQuery<'_>) -> Result<Vec<CallBucket>, StoreError> {
+        // Aggregated in the query; the bucket count is bounded by the API. Nearest-rank percentiles from the
+        // sorted durations of each bucket, as the SQLite store picks them.
+        let tool_filter = if query.tool.is_some() { "AND tool = ?" } else { "" };
+        let scope = format!(
+            "FROM tool_calls FINAL WHERE project = ? AND server = ? {tool_filter}
+               AND started_at >= fromUnixTimestamp64Milli(toInt64(?)) AND started_at < fromUnixTimestamp64Milli(toInt64(?))"
+        );
+        let bind = |mut q: clickhouse::query::Query| {
+            q = q.bind(ms(query.from)).bind(query.bucket_ms).bind(query.project).bind(query.server);
+            if let Some(tool) = query.tool {
+                q = q.bind(tool);
+            }
+            q.bind(ms(query.from)).bind(ms(query.to))
+        };
+        let rows: Vec<(i64, u64, u64, u64, f64, f64)> = bind(self.client.query(&format!(
+            "SELECT toInt64(intDiv(toUnixTimestamp64Milli(started_at) - toInt64(?), toInt64(?))) AS k, count(),
+                    countIf(status = 'error'), countIf(shape_outcome = 'fingerprinted' AND shape_hash IS NOT NULL),
+                    arrayElement(arraySort(groupArray(duration_ms)), toUInt64(greatest(1, ceil(0.5 * count())))),
+                    arrayElement(arraySort(groupArray(duration_ms)), toUInt64(greatest(1, ceil(0.95 * count()))))
+             {scope} GROUP BY k"
+        )))
+        .fetch_all()
+        .await?;
+        let mut aggregates: BTreeMap<i64, views::BucketAggregate> = rows
+            .into_iter()
+            .map(|(index, calls, errors, fingerprinted, p50, p95)| {
+                let aggregate = views::BucketAggregate {
+                    calls,
+                    errors,
+                    fingerprinted,
+                    dominant: 0,
+                    p50_ms: Some(p50),
+                    p95_ms: Some(p95),
+                };
+                (index, aggregate)
+            })
+            .collect();
+        let dominant: Vec<(i64, u64)> = bind(self.client.query(&format!(
+            "SELECT k, max(n) FROM (
+                 SELECT toInt64(intDiv(toUnixTimestamp64Milli(started_at) - toInt64(?), toInt64(?))) AS k, count() AS n
+                 {scope} AND shape_outcome = 'fingerprinted' AND shape_hash IS NOT NULL GROUP BY k, shape_hash)
+             GROUP BY k"
+        )))
+        .fetch_all()
+        .await?;
+        for (index, n) in dominant {
+            aggregates.entry(index).or_default().dominant = n;
+        }
+        views::call_buckets(&query, aggregates)
+    }
+
+    async fn signals(
+        &self,
+        project: &str,
+        server: &str,
+        tool: Option<&str>,
+        from: Timestamp,
+    ) -> Result<Vec<ShapeDriftSignal>, StoreError> {
+        let tool_filter = if tool.is_some() { "AND tool = ?" } else { "" };
+        let mut query = self
+            .client
+            .query(&format!(
+                "SELECT signal FROM shape_drift_signals FINAL WHERE project = ? AND server = ? {tool_filter}
+                   AND detected_at >= fromUnixTimestamp64Milli(toInt64(?)) ORDER BY detected_at, id"
+            ))
+            .bind(project)
+            .bind(server);
+        if let Some(tool) = tool {
+            query = query.bind(tool);
+        }
+        views::signals(query.bind(ms(from)).fetch_all::<String>().await?)
     }
 
     async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError> {

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use driftline_bus::Positions;
 use driftline_schemas::api::{
-    DriftImpact, OutcomeCounts, ReturnValueStats, ServerHealth, ShapeState, SignalGroup, ToolSchema,
-    ToolShape, ToolSummary,
+    CallBucket, DriftImpact, OutcomeCounts, ReturnValueStats, ServerHealth, ShapeState, SignalGroup,
+    ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
@@ -155,6 +155,30 @@ pub struct ImpactQuery<'a> {
     pub high_risk_sessions: u64,
 }
 
+/// Parameters of a timeline: calls of one tool (or every tool of a server) started in `[from, to)`, in
+/// buckets of `bucket_ms` aligned to `from`.
+#[derive(Debug, Clone, Copy)]
+pub struct BucketQuery<'a> {
+    pub project: &'a str,
+    pub server: &'a str,
+    pub tool: Option<&'a str>,
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub bucket_ms: i64,
+}
+
+impl BucketQuery<'_> {
+    /// How many buckets `[from, to)` holds.
+    pub fn len(&self) -> usize {
+        let span = (self.to.as_millis() - self.from.as_millis()).max(0);
+        ((span + self.bucket_ms - 1) / self.bucket_ms.max(1)) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The detector worker's side: it writes batches and resumes from them, and looks up which calls are
 /// stored already.
 #[async_trait]
@@ -202,6 +226,16 @@ pub trait QueryStore: Send + Sync {
         hours: u32,
         now: Timestamp,
     ) -> Result<ReturnValueStats, StoreError>;
+    /// Per bucket: calls, errors, latency percentiles and the dominant shape's share (timelines).
+    async fn call_buckets(&self, query: BucketQuery<'_>) -> Result<Vec<CallBucket>, StoreError>;
+    /// Shape signals of a server's tools (or one tool) detected at or after `from`, oldest first.
+    async fn signals(
+        &self,
+        project: &str,
+        server: &str,
+        tool: Option<&str>,
+        from: Timestamp,
+    ) -> Result<Vec<ShapeDriftSignal>, StoreError>;
     /// The result of an operator command, once a worker has applied it.
     async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError>;
     /// Whether the store answers at all (readiness).
@@ -248,5 +282,6 @@ pub fn priming_shape(server: &str, tool: &str, thresholds: &DetectorThresholds) 
         history_window: thresholds.history_window,
         telemetry: OutcomeCounts::default(),
         signal_groups: Vec::new(),
+        contract: None,
     }
 }

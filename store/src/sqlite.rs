@@ -1,25 +1,26 @@
 //! The embedded store: SQLite (bundled), WAL, versioned migrations from `schemas/sqlite/`. One writer
 //! connection (the worker) and one reader connection (the API), so queries never wait on a write.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use driftline_schemas::api::{
-    DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
+    CallBucket, DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
-    DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus, Timestamp,
+    DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
+    ShapeDriftSignal, Timestamp,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
 use crate::{
-    Batch, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume, StoreError,
-    Streams,
+    Batch, BucketQuery, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume,
+    StoreError, Streams,
 };
 
 /// Migrations in order; the version is the position (1-based).
@@ -30,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0004_state_stream.sql"),
     include_str!("../../schemas/sqlite/0005_call_identities.sql"),
     include_str!("../../schemas/sqlite/0006_notifications.sql"),
+    include_str!("../../schemas/sqlite/0007_calls_by_start.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -439,12 +441,22 @@ impl QueryStore for SqliteStore {
                     max_severity: open.max_severity.as_deref().map(parse_name).transpose()?,
                     note,
                     server_name,
+                    contract_mismatches: Vec::new(),
                 });
             }
             let mut traced =
                 connection.prepare_cached("SELECT DISTINCT server FROM tool_shapes WHERE project = ?1")?;
             let traced = traced.query_map(params![project], |row| row.get::<_, String>(0))?;
-            Ok(views::with_trace_only_servers(servers, traced.collect::<Result<_, _>>()?))
+            let servers = views::with_trace_only_servers(servers, traced.collect::<Result<_, _>>()?);
+            // The LIKE only narrows the rows read; the JSON decides.
+            let mut mismatched = connection.prepare_cached(
+                "SELECT server, tool, shape FROM tool_shapes WHERE project = ?1 AND shape LIKE '%\"mismatch\"%'",
+            )?;
+            let mismatched = mismatched.query_map(params![project], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
+            })?;
+            let mismatched = views::contract_mismatches(mismatched.collect::<Result<Vec<_>, _>>()?)?;
+            Ok(views::with_contract_mismatches(servers, mismatched))
         })
         .await
     }
@@ -667,6 +679,91 @@ impl QueryStore for SqliteStore {
             })
             .await?;
         Ok(views::return_value_stats(hours, rows))
+    }
+
+    async fn call_buckets(&self, query: BucketQuery<'_>) -> Result<Vec<CallBucket>, StoreError> {
+        let (project, server) = (query.project.to_owned(), query.server.to_owned());
+        let tool = query.tool.map(str::to_owned);
+        let (from, to, bucket) = (ms(query.from), ms(query.to), query.bucket_ms);
+        let owned = BucketQuery { project: "", server: "", tool: None, ..query };
+        self.read(move |connection| {
+            let scope = "FROM tool_calls WHERE project = ?1 AND server = ?2 AND (?3 IS NULL OR tool = ?3)
+                         AND started_at >= ?4 AND started_at < ?5";
+            let args = params![project, server, tool, from, to, bucket];
+            let mut aggregates: BTreeMap<i64, views::BucketAggregate> = BTreeMap::new();
+            let mut select = connection.prepare_cached(&format!(
+                "SELECT (started_at - ?4) / ?6, COUNT(*), SUM(status = 'error'),
+                        SUM(shape_outcome = 'fingerprinted' AND shape_hash IS NOT NULL) {scope} GROUP BY 1"
+            ))?;
+            let rows = select.query_map(args, |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, i64>(3)?,
+                ))
+            })?;
+            for row in rows {
+                let (index, calls, errors, fingerprinted) = row?;
+                let aggregate = aggregates.entry(index).or_default();
+                aggregate.calls = calls as u64;
+                aggregate.errors = errors as u64;
+                aggregate.fingerprinted = fingerprinted as u64;
+            }
+            let mut select = connection.prepare_cached(&format!(
+                "SELECT k, MAX(n) FROM (SELECT (started_at - ?4) / ?6 AS k, COUNT(*) AS n {scope}
+                    AND shape_outcome = 'fingerprinted' AND shape_hash IS NOT NULL GROUP BY k, shape_hash)
+                 GROUP BY k"
+            ))?;
+            for row in select.query_map(args, |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))? {
+                let (index, dominant) = row?;
+                aggregates.entry(index).or_default().dominant = dominant as u64;
+            }
+            // Percentiles by nearest rank, streaming the sorted durations: memory per bucket, not per call.
+            let mut select = connection.prepare_cached(&format!(
+                "SELECT (started_at - ?4) / ?6 AS k, duration_ms {scope} ORDER BY k, duration_ms"
+            ))?;
+            let mut rows = select.query(args)?;
+            let (mut current, mut rank) = (i64::MIN, 0u64);
+            while let Some(row) = rows.next()? {
+                let (index, duration): (i64, f64) = (row.get(0)?, row.get(1)?);
+                if index != current {
+                    (current, rank) = (index, 0);
+                }
+                rank += 1;
+                let Some(aggregate) = aggregates.get_mut(&index) else { continue };
+                if rank == views::nearest_rank(aggregate.calls, 0.5) {
+                    aggregate.p50_ms = Some(duration);
+                }
+                if rank == views::nearest_rank(aggregate.calls, 0.95) {
+                    aggregate.p95_ms = Some(duration);
+                }
+            }
+            views::call_buckets(&owned, aggregates)
+        })
+        .await
+    }
+
+    async fn signals(
+        &self,
+        project: &str,
+        server: &str,
+        tool: Option<&str>,
+        from: Timestamp,
+    ) -> Result<Vec<ShapeDriftSignal>, StoreError> {
+        let (project, server, tool, from) =
+            (project.to_owned(), server.to_owned(), tool.map(str::to_owned), ms(from));
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT signal FROM shape_drift_signals
+                 WHERE project = ?1 AND server = ?2 AND (?3 IS NULL OR tool = ?3) AND detected_at >= ?4
+                 ORDER BY detected_at, id",
+            )?;
+            let rows =
+                select.query_map(params![project, server, tool, from], |row| row.get::<_, String>(0))?;
+            views::signals(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
     }
 
     async fn command_result(&self, id: &str) -> Result<Option<Value>, StoreError> {

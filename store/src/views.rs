@@ -3,10 +3,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use driftline_schemas::api::{
-    DriftImpact, OpenDriftCounts, OutcomeCounts, ReturnValueStats, Risk, SignalGroup, ToolConsumer,
-    ToolOutcomeStats, ToolShape, ToolSummary, NO_RECENT_CALLERS,
+    ContractState, DriftImpact, OpenDriftCounts, OutcomeCounts, ReturnValueStats, Risk, SignalGroup,
+    ToolConsumer, ToolOutcomeStats, ToolShape, ToolSummary, NO_RECENT_CALLERS,
 };
-use driftline_schemas::{Classification, SchemaDriftEvent, ShapeDriftSignal, ShapeOutcome, Timestamp};
+use driftline_schemas::{
+    Classification, SchemaDriftEvent, ShapeDriftSignal, ShapeOutcome, SignalKind, Timestamp,
+};
 use serde_json::Value;
 
 use crate::{ImpactQuery, StoreError};
@@ -56,6 +58,7 @@ pub(crate) fn with_trace_only_servers(
                 open_changes: OpenDriftCounts::default(),
                 max_severity: None,
                 note: Some(TRACE_ONLY_NOTE.to_owned()),
+                contract_mismatches: Vec::new(),
             });
         }
     }
@@ -112,10 +115,12 @@ pub(crate) fn open_counts(
 pub(crate) fn signal_groups(
     signals: impl IntoIterator<Item = String>,
 ) -> Result<Vec<SignalGroup>, StoreError> {
-    let mut groups: BTreeMap<(String, String, String), SignalGroup> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String, SignalKind, String), SignalGroup> = BTreeMap::new();
     for json in signals {
         let signal: ShapeDriftSignal = serde_json::from_str(&json)?;
-        let key = (signal.server.clone(), signal.tool.clone(), signal.shape_hash.clone());
+        // A mismatch with the declaration and a drift from the observed baseline are different news,
+        // even for the same new shape.
+        let key = (signal.server.clone(), signal.tool.clone(), signal.kind, signal.shape_hash.clone());
         match groups.get_mut(&key) {
             Some(group) => {
                 group.first_seen = group.first_seen.min(signal.detected_at);
@@ -126,6 +131,7 @@ pub(crate) fn signal_groups(
                 groups.insert(
                     key,
                     SignalGroup {
+                        kind: signal.kind,
                         fingerprint: signal.fingerprint,
                         server: signal.server,
                         tool: signal.tool,
@@ -177,18 +183,29 @@ pub(crate) fn rate(part: u64, whole: u64) -> f64 {
 /// Per-tool call statistics in a window: (server, tool, calls, errors, average latency, last call ms).
 pub(crate) type CallStats = (String, String, u64, u64, f64, i64);
 
+/// What the Tools view reads of a stored ToolShape view.
+#[derive(Debug, Clone)]
+pub(crate) struct ShapeSummary {
+    status: String,
+    contract: Option<ContractState>,
+    /// Whether any call reached the tool's state (a tool only declared in a tool list has none).
+    called: bool,
+}
+
 /// The Tools view: every tool called in the window, plus tools with shape history but no recent call.
 pub(crate) fn tool_summaries(
     declared: &BTreeSet<(String, String)>,
-    shapes: HashMap<(String, String), String>,
+    shapes: HashMap<(String, String), ShapeSummary>,
     calls: Vec<CallStats>,
 ) -> Result<Vec<ToolSummary>, StoreError> {
     let mut tools = Vec::new();
     let mut seen = BTreeSet::new();
     for (server, tool, calls, errors, avg, last) in calls {
         let key = (server, tool);
+        let shape = shapes.get(&key);
         tools.push(ToolSummary {
-            shape_status: shapes.get(&key).cloned().unwrap_or_else(|| "priming 0/?".into()),
+            shape_status: shape.map_or_else(|| "priming 0/?".into(), |s| s.status.clone()),
+            contract: shape.and_then(|s| s.contract),
             declared: declared.contains(&key),
             calls,
             errors,
@@ -199,8 +216,8 @@ pub(crate) fn tool_summaries(
         });
         seen.insert(key);
     }
-    for (key, status) in shapes {
-        if !seen.contains(&key) {
+    for (key, shape) in shapes {
+        if !seen.contains(&key) && shape.called {
             tools.push(ToolSummary {
                 declared: declared.contains(&key),
                 server: key.0,
@@ -209,7 +226,8 @@ pub(crate) fn tool_summaries(
                 errors: 0,
                 avg_latency_ms: 0.0,
                 last_called_at: None,
-                shape_status: status,
+                shape_status: shape.status,
+                contract: shape.contract,
             });
         }
     }
@@ -217,9 +235,43 @@ pub(crate) fn tool_summaries(
     Ok(tools)
 }
 
-/// The shape status line of a stored ToolShape view.
-pub(crate) fn shape_status(json: &str) -> Result<String, StoreError> {
-    Ok(serde_json::from_str::<ToolShape>(json)?.status)
+/// The status line and contract state of a stored ToolShape view.
+pub(crate) fn shape_status(json: &str) -> Result<ShapeSummary, StoreError> {
+    let shape = serde_json::from_str::<ToolShape>(json)?;
+    let telemetry = shape.telemetry;
+    Ok(ShapeSummary {
+        status: shape.status,
+        contract: shape.contract.map(|c| c.state),
+        called: telemetry.successful_calls + telemetry.not_success > 0,
+    })
+}
+
+/// Names, on each server, the tools whose returns mismatch their declared output.
+pub(crate) fn with_contract_mismatches(
+    mut servers: Vec<driftline_schemas::api::ServerHealth>,
+    mut mismatched: BTreeMap<String, Vec<String>>,
+) -> Vec<driftline_schemas::api::ServerHealth> {
+    for server in &mut servers {
+        server.contract_mismatches = mismatched.remove(&server.server_name).unwrap_or_default();
+    }
+    servers
+}
+
+/// Tools whose contract reads `mismatch`, per server, from stored ToolShape views (server, tool, JSON).
+pub(crate) fn contract_mismatches(
+    rows: impl IntoIterator<Item = (String, String, String)>,
+) -> Result<BTreeMap<String, Vec<String>>, StoreError> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (server, tool, json) in rows {
+        let shape = serde_json::from_str::<ToolShape>(&json)?;
+        if shape.contract.is_some_and(|c| c.state == ContractState::Mismatch) {
+            out.entry(server).or_default().push(tool);
+        }
+    }
+    for tools in out.values_mut() {
+        tools.sort();
+    }
+    Ok(out)
 }
 
 /// Return-value statistics from (server, tool, status, shape outcome, count) rows.
@@ -303,4 +355,49 @@ pub(crate) fn drift_impact(
 /// The start (Unix ms) of a window of `hours` ending at `now`.
 pub(crate) fn since(now: Timestamp, hours: u32) -> i64 {
     ms(now) - i64::from(hours) * 3_600_000
+}
+
+/// What a store aggregates for one timeline bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct BucketAggregate {
+    pub calls: u64,
+    pub errors: u64,
+    /// Calls with a conclusive shape, and how many of them had the bucket's most frequent one.
+    pub fingerprinted: u64,
+    pub dominant: u64,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+}
+
+/// The 1-based nearest rank of percentile `p` among `n` sorted values (both stores pick the same one).
+pub(crate) fn nearest_rank(n: u64, p: f64) -> u64 {
+    ((p * n as f64).ceil() as u64).clamp(1, n.max(1))
+}
+
+/// Every bucket of the query, empty ones included, from the aggregates of the buckets that had calls
+/// (keyed by bucket index from `from`).
+pub(crate) fn call_buckets(
+    query: &crate::BucketQuery<'_>,
+    mut aggregates: BTreeMap<i64, BucketAggregate>,
+) -> Result<Vec<driftline_schemas::api::CallBucket>, StoreError> {
+    (0..query.len() as i64)
+        .map(|index| {
+            let aggregate = aggregates.remove(&index).unwrap_or_default();
+            Ok(driftline_schemas::api::CallBucket {
+                start: timestamp(ms(query.from) + index * query.bucket_ms)?,
+                calls: aggregate.calls,
+                errors: aggregate.errors,
+                p50_ms: aggregate.p50_ms,
+                p95_ms: aggregate.p95_ms,
+                fingerprinted: aggregate.fingerprinted,
+                dominant_share: (aggregate.fingerprinted > 0)
+                    .then(|| aggregate.dominant as f64 / aggregate.fingerprinted as f64),
+            })
+        })
+        .collect()
+}
+
+/// Stored signals (JSON), oldest first.
+pub(crate) fn signals(rows: impl IntoIterator<Item = String>) -> Result<Vec<ShapeDriftSignal>, StoreError> {
+    rows.into_iter().map(|json| Ok(serde_json::from_str(&json)?)).collect()
 }

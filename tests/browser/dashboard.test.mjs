@@ -242,6 +242,166 @@ test('accepting the baseline turns the server UP and keeps the event, marked acc
   console.log(`accepted: ${await shot(page, 'accepted')}`);
 });
 
+// ---------- timelines and declared vs observed ----------
+
+const getJson = async (path) => {
+  const response = await fetch(`${url}${path}`);
+  assert.equal(response.status, 200, `GET ${path}: ${response.status}`);
+  return response.json();
+};
+
+// Opens a timeline and reads the API answer it drew. Buckets are aligned to their size, so a bucket boundary
+// passing between the page's request and the test's moves the window: then both are asked again.
+async function openTimeline(page, hash, apiPath, hours) {
+  for (let attempt = 0; ; attempt++) {
+    await page.goto(`${url}/${hash}`);
+    await page.waitForSelector(`#timeline[data-hours="${hours}"]`);
+    const data = await getJson(apiPath);
+    if (await page.locator('#timeline').getAttribute('data-from') === data.from) return data;
+    assert.ok(attempt < 3, 'the window kept moving');
+  }
+}
+
+// What each chart of the page drew: its points by series, its markers.
+const drawn = (page) => page.evaluate(() => {
+  const charts = {};
+  for (const svg of document.querySelectorAll('svg[data-chart]')) {
+    const points = {};
+    for (const p of svg.querySelectorAll('.point')) {
+      (points[p.dataset.series] ||= []).push({ start: p.dataset.start, value: Number(p.dataset.value), x: Number(p.dataset.x) });
+    }
+    const markers = [...svg.querySelectorAll('line.marker')].map((l) => ({ kind: l.dataset.kind, id: l.dataset.id,
+      x: Number(l.getAttribute('x1')), title: l.querySelector('title')?.textContent }));
+    charts[svg.dataset.chart] = { points, markers };
+  }
+  return charts;
+});
+
+function assertChartsMatch(charts, data) {
+  assert.deepEqual(Object.keys(charts).sort(), ['calls', 'latency', 'share']);
+  const starts = (list) => (list || []).map((p) => p.start);
+  const withValue = (key) => data.buckets.filter((b) => b.calls > 0 && b[key] !== null).map((b) => b.start);
+  assert.equal(charts.calls.points.calls.length, data.buckets.length, 'one calls point per bucket');
+  assert.deepEqual(starts(charts.calls.points.calls), data.buckets.map((b) => b.start));
+  assert.deepEqual(charts.calls.points.calls.map((p) => p.value), data.buckets.map((b) => b.calls));
+  assert.deepEqual(charts.calls.points.errors.map((p) => p.value), data.buckets.map((b) => b.errors));
+  assert.deepEqual(starts(charts.latency.points.p50), withValue('p50_ms'), 'one p50 point per bucket with calls');
+  assert.deepEqual(starts(charts.latency.points.p95), withValue('p95_ms'), 'one p95 point per bucket with calls');
+  assert.deepEqual(starts(charts.share.points.share), data.buckets.filter((b) => b.dominant_share !== null).map((b) => b.start),
+    'one share point per bucket with a share');
+  for (const [name, chart] of Object.entries(charts)) {
+    assert.deepEqual(chart.markers.map((m) => `${m.kind}:${m.id}`), data.markers.map((m) => `${m.kind}:${m.id}`),
+      `${name}: one marker per API marker`);
+    chart.markers.forEach((m, i) => assert.match(m.title, new RegExp(data.markers[i].label.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))));
+  }
+}
+
+test('tool timeline: calls, latency and shape share per bucket, every marker in every chart', async () => {
+  const page = await newPage();
+  const data = await openTimeline(page, '#/servers/weather-mcp/timeline/get_forecast',
+    '/api/tools/weather-mcp/get_forecast/timeline?hours=6', 6);
+  assert.equal(data.bucket_seconds, 600, '6 h in buckets of 10 min by default');
+  assert.ok(data.buckets.some((b) => b.calls > 0), 'the demo calls are in the window');
+  assert.ok(data.buckets.some((b) => b.p50_ms !== null) && data.buckets.some((b) => b.dominant_share !== null));
+  const charts = await drawn(page);
+  assertChartsMatch(charts, data);
+  // The return-shape change of the last forecasts is drawn after the first bucket's point.
+  const signal = data.markers.findIndex((m) => m.kind === 'shape_drift');
+  assert.ok(signal >= 0, `a shape_drift marker: ${JSON.stringify(data.markers)}`);
+  for (const chart of Object.values(charts)) {
+    assert.ok(chart.markers[signal].x > charts.calls.points.calls[0].x, 'the signal marker is right of the first bucket');
+  }
+  assert.equal(await page.locator('#timeline-tool').inputValue(), 'get_forecast');
+  assert.equal(await page.locator('#timeline-hours').inputValue(), '6');
+  assert.equal(await page.locator('nav.tabs [data-tab="timeline"]').getAttribute('aria-current'), 'page');
+  assert.deepEqual(await page.locator('#timeline-markers li').evaluateAll((lis) => lis.map((li) => li.dataset.id)),
+    data.markers.map((m) => m.id), 'the list below names every marker');
+  console.log(`tool timeline: ${await shot(page, 'timeline-tool')}`);
+});
+
+test('tool timeline: declared output schema next to the observed shape, with the contract counts', async () => {
+  const report = await getJson('/api/tools/weather-mcp/get_forecast/contract');
+  assert.ok(report.contract, 'get_forecast declares an outputSchema in the demo');
+  const page = await newPage();
+  await page.goto(`${url}/#/servers/weather-mcp/timeline/get_forecast`);
+  const panel = page.locator('#contract');
+  await panel.waitFor();
+  assert.match(await panel.locator('h2').innerText(), /Declared vs observed/);
+  const declared = await panel.locator('.declared-schema').innerText();
+  assert.match(declared, /"temp_c"/);
+  assert.match(declared, new RegExp(`DECLARED ${report.contract.declared_hash}`));
+  assert.equal(await panel.locator('.observed-shape code').innerText(), report.observed_shape);
+  assert.equal(await panel.locator('.contract-state').innerText(), report.contract.state);
+  assert.equal(report.contract.state, 'agrees');
+  assert.equal(await panel.locator('[data-count="mismatched"]').innerText(), `${report.contract.mismatched} mismatched`);
+  assert.equal(report.contract.mismatched, 3);
+  assert.equal(await panel.locator('[data-count="checked"]').innerText(), `${report.contract.checked} checked`);
+  // The last mismatch, and the key it misses highlighted in the declaration and the observed shape.
+  const last = report.contract.last_mismatch;
+  assert.match(await panel.locator('.last-mismatch').innerText(), new RegExp(`span ${last.span_id}[\\s\\S]*${last.shape.replace(/[{}[\]]/g, '\\$&')}`));
+  assert.match(await panel.locator('.last-mismatch').innerText(), /temp_c: required by the declared schema, missing/);
+  assert.deepEqual(await panel.locator('.declared-schema .changed-path').allInnerTexts(), ['"temp_c"']);
+  assert.deepEqual(await panel.locator('.observed-shape .changed-path').allInnerTexts(), ['temp_c']);
+  // The Tools table says the same in its Contract column; a tool without outputSchema shows a dash.
+  await page.goto(`${url}/#/servers/weather-mcp/tools`);
+  await page.waitForSelector('#tools tbody tr');
+  assert.equal(await page.locator('#tools tr[data-tool="get_forecast"] td.contract').innerText(), 'agrees');
+  const search = await getJson('/api/tools?hours=720');
+  assert.equal(search.find((t) => t.tool === 'search_web').contract, undefined);
+  await page.goto(`${url}/#/servers/search-mcp/timeline/search_web`);
+  await page.locator('#contract').waitFor();
+  assert.match(await page.locator('#contract').innerText(), /declares no output schema/);
+});
+
+test('server timeline: all the tools of search-mcp, with its tool-list drift marker', async () => {
+  const page = await newPage();
+  const data = await openTimeline(page, '#/servers/search-mcp/timeline', '/api/health/servers/search-mcp/timeline?hours=6', 6);
+  assert.equal(data.tool, null);
+  assert.ok(data.markers.some((m) => m.kind === 'drift_event'), `a drift_event marker: ${JSON.stringify(data.markers)}`);
+  const charts = await drawn(page);
+  assertChartsMatch(charts, data);
+  for (const chart of Object.values(charts)) {
+    assert.equal(chart.markers.filter((m) => m.kind === 'drift_event').length, data.markers.filter((m) => m.kind === 'drift_event').length);
+  }
+  assert.equal(await page.locator('#timeline-tool').inputValue(), '', 'all tools');
+  assert.equal(await page.locator('#contract').count(), 0, 'no contract panel for a whole server');
+  assert.equal(await page.locator('#timeline-markers li[data-kind="drift_event"]').count(), data.markers.filter((m) => m.kind === 'drift_event').length);
+  console.log(`server timeline: ${await shot(page, 'timeline-server')}`);
+  // The picker opens one tool's timeline.
+  await page.selectOption('#timeline-tool', 'search_web');
+  await page.waitForURL(/#\/servers\/search-mcp\/timeline\/search_web$/);
+  await page.waitForSelector('#timeline');
+  assert.equal(await page.locator('#timeline-tool').inputValue(), 'search_web');
+});
+
+test('timeline: another window redraws with the buckets of that window', async () => {
+  const page = await newPage();
+  await openTimeline(page, '#/servers/weather-mcp/timeline/get_forecast', '/api/tools/weather-mcp/get_forecast/timeline?hours=6', 6);
+  await page.selectOption('#timeline-hours', '24');
+  await page.waitForSelector('#timeline[data-hours="24"]');
+  let data = await getJson('/api/tools/weather-mcp/get_forecast/timeline?hours=24');
+  if (await page.locator('#timeline').getAttribute('data-from') !== data.from) {
+    data = await openTimeline(page, '#/servers/weather-mcp/timeline/get_forecast', '/api/tools/weather-mcp/get_forecast/timeline?hours=24', 24);
+  }
+  // 48 buckets of 30 min cover 24 h; one more because the window's ends are aligned to bucket bounds.
+  assert.equal(data.buckets.length, 49, '24 h in buckets of 30 min by default');
+  assert.equal(data.bucket_seconds, 1800);
+  assertChartsMatch(await drawn(page), data);
+  assert.equal(await page.locator('#timeline').getAttribute('data-buckets'), '49');
+});
+
+test('timeline at 390 px: charts fit the width', async () => {
+  const page = await newPage(390, 844);
+  await page.goto(`${url}/#/servers/weather-mcp/timeline/get_forecast`);
+  await page.waitForSelector('#timeline svg[data-chart="share"]');
+  await page.locator('#contract').waitFor();
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok(overflow <= 390, `page is ${overflow} px wide at 390`);
+  const svgWidth = await page.locator('svg[data-chart="calls"]').evaluate((el) => el.getBoundingClientRect().width);
+  assert.ok(svgWidth > 250 && svgWidth <= 390, `chart is ${svgWidth} px wide`);
+  console.log(`narrow timeline: ${await shot(page, 'narrow-timeline')}`);
+});
+
 test('usable at 390 px and makes no request outside the server', async () => {
   const page = await newPage(390, 844);
   await page.goto(`${url}/#/servers/search-mcp/drift`);
@@ -314,5 +474,72 @@ test('the server list and the Drift tab count open drift the same way', async ()
     assert.equal(shown, listed, `${server}: the list says "${listed}", the Drift tab "${shown}"`);
     const openCards = await page.locator('article.event.open').count();
     assert.equal(listed === 'none' ? 0 : Number(listed.split(' ')[0]), openCards, `${server}: open event cards`);
+  }
+});
+
+test('a tool whose returns mismatch its declared output: server chip, Contract column, signal card, panel', async () => {
+  // Its own driftline: a tool declaring a numeric price that returns it as a string.
+  const dir = mkdtempSync(path.join(tmpdir(), 'driftline-ui-contract-'));
+  const own = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', dir], {
+    stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn' },
+  });
+  try {
+    const base = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
+      createInterface({ input: own.stdout }).once('line', (line) => {
+        clearTimeout(timer);
+        resolve(line.replace('driftline listening on ', '').trim());
+      });
+    });
+    const send = async (method, where, body) => {
+      const response = await fetch(`${base}${where}`, { method, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+      assert.ok(response.ok, `${method} ${where}: ${response.status}`);
+    };
+    const poll = async (what, where, done) => {
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const body = await fetch(`${base}${where}`).then((r) => (r.ok ? r.json() : null), () => null);
+        if (body && done(body)) return body;
+        assert.ok(Date.now() < deadline, `${what} within 30 s: ${JSON.stringify(body)}`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    };
+    await send('PUT', '/api/servers/stocks-mcp/tools', [{ name: 'quote', description: 'A quote.',
+      inputSchema: { type: 'object', properties: { sym: { type: 'string' } } },
+      outputSchema: { type: 'object', properties: { sym: { type: 'string' }, price: { type: 'number' } }, required: ['sym', 'price'] } }]);
+    await poll('the declaration', '/api/tools/stocks-mcp/quote/contract', (r) => r.contract);
+    const now = Date.now();
+    await send('POST', '/v1/spans', Array.from({ length: 15 }, (_, i) => ({ span_id: `q-${i}`, trace_id: 't', session_id: `s-${i}`,
+      agent_name: 'trader', server: 'stocks-mcp', tool: 'quote', started_at: new Date(now - (150 - i * 10) * 60_000).toISOString(),
+      duration_ms: 100 + i * 7, status: 'success', return_value: { sym: 'ACME', price: '12.5' } })));
+    const report = await poll('the mismatch', '/api/tools/stocks-mcp/quote/contract',
+      (r) => r.contract?.state === 'mismatch' && r.signal_groups.length > 0);
+    await poll('the server flag', '/api/health/servers', (list) => list[0]?.contract_mismatches?.length > 0);
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    await page.goto(base);
+    await page.waitForSelector('#servers tbody tr');
+    assert.equal(await page.locator('#servers tr[data-server="stocks-mcp"] .contract-banner').innerText(), 'returns mismatch declared output: quote');
+    await page.goto(`${base}/#/tools`);
+    await page.waitForSelector('#tools tbody tr');
+    assert.equal(await page.locator('#tools tr[data-tool="quote"] td.contract').innerText(), 'mismatch');
+    await page.goto(`${base}/#/shape-drift`);
+    const card = page.locator('article[data-kind="declared_output_mismatch"]');
+    await card.waitFor();
+    assert.equal(await card.locator('.kind-chip').innerText(), 'declared output mismatch');
+    assert.match(await card.locator('.before .box-label').innerText(), new RegExp(`^DECLARED ${report.signal_groups[0].baseline_hash}$`));
+    assert.match(await card.locator('.before').innerText(), /"price": \{\s+"type": "number"/);
+    assert.match(await card.innerText(), /price: declared number, returned string/);
+    await page.goto(`${base}/#/servers/stocks-mcp/timeline/quote`);
+    await page.locator('#contract').waitFor();
+    assert.match(await page.locator('h1 + .contract-banner').innerText(), /quote/);
+    assert.equal(await page.locator('#contract .contract-state').innerText(), 'mismatch');
+    assert.match(await page.locator('#contract .verdict-mismatch').innerText(), /price: declared number, returned string/);
+    assert.deepEqual(await page.locator('#contract .observed-shape .changed-path').allInnerTexts(), ['price']);
+    assert.ok(await page.locator('svg[data-chart="calls"] line.marker[data-kind="declared_output_mismatch"]').count() >= 1);
+    console.log(`declared output mismatch: ${await shot(page, 'timeline-mismatch')}`);
+    await page.close();
+  } finally {
+    own.kill();
+    rmSync(dir, { recursive: true, force: true });
   }
 });

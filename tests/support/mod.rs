@@ -925,3 +925,92 @@ pub fn check_lag_tells_the_truth(server: &Server) {
     let last = samples.last().expect("samples");
     assert_eq!((last.2, last.3), (0.0, 0.0), "nothing left: lag and age are 0");
 }
+
+/// A tool declares `{"temp_c": number}` (required, nothing else allowed) and starts returning
+/// `{"temp": "21C"}`: once mismatches are two thirds of the window, one BREAKING
+/// `declared_output_mismatch` signal names both paths — across a kill -9 right after the tool list and
+/// another in the middle of the calls, with the calls after the second crash re-sent as a client's retry.
+pub fn check_declared_output_mismatch<D: Deployment>(deployment: &mut D) {
+    let declared = json!({"type": "object", "properties": {"temp_c": {"type": "number"}},
+        "required": ["temp_c"], "additionalProperties": false});
+    let tools = json!([{"name": "now", "description": "The temperature now.",
+        "inputSchema": {"type": "object", "properties": {}}, "outputSchema": declared}]);
+    let (status, body) = deployment.client().put_json("/api/servers/thermo/tools", &tools);
+    assert_eq!(status, 202, "{body}");
+    deployment.crash_and_restart();
+    let client = deployment.client();
+    let contract = client.wait_for_within(30, "/api/tools/thermo/now/contract", "the declared output", |c| {
+        c["contract"].is_object()
+    });
+    assert_eq!(contract["contract"]["declared_schema"], declared, "{contract}");
+    assert_eq!(contract["contract"]["state"], "priming", "{contract}");
+    let call = |id: String, value: Value| {
+        let mut span = span(&id, "now", value);
+        span["server"] = json!("thermo");
+        span
+    };
+    let good: Vec<Value> = (0..6).map(|i| call(format!("good-{i}"), json!({"temp_c": 21.5}))).collect();
+    let bad = |range: std::ops::Range<usize>| -> Vec<Value> {
+        range.map(|i| call(format!("bad-{i}"), json!({"temp": "21C"}))).collect()
+    };
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(good)).0, 202);
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(bad(0..6))).0, 202);
+    deployment.crash_and_restart();
+    let client = deployment.client();
+    // bad-0 … bad-5 again: a retry, counted once.
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(bad(0..12))).0, 202);
+    let contract = client.wait_for_within(30, "/api/tools/thermo/now/contract", "18 checked calls", |c| {
+        c["contract"]["checked"] == 18
+    });
+    let view = &contract["contract"];
+    assert_eq!(
+        (view["mismatched"].as_u64(), view["state"].as_str()),
+        (Some(12), Some("mismatch")),
+        "{contract}"
+    );
+    assert_eq!(contract["observed_shape"], "{temp:string}", "{contract}");
+    assert_eq!(contract["agrees"], false, "{contract}");
+    let groups = contract["signal_groups"].as_array().expect("signal groups");
+    assert_eq!(groups.len(), 1, "one signal group: {contract}");
+    let group = &groups[0];
+    assert_eq!(
+        (group["kind"].as_str(), group["occurrences"].as_u64()),
+        (Some("declared_output_mismatch"), Some(1))
+    );
+    assert_eq!(group["ranking"], "breaking");
+    assert_eq!(group["sample_span_id"], "bad-11", "it fires at the 18th call: {group}");
+    let reasons: Vec<String> = group["reasons"]
+        .as_array()
+        .expect("reasons")
+        .iter()
+        .map(|r| format!("{}: {}", r["path"].as_str().unwrap_or(""), r["detail"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        reasons,
+        ["temp_c: required by the declared schema, missing", "temp: not allowed by the declared schema"],
+        "{group}"
+    );
+    // The same signal is listed with the shape drift, and health names the tool.
+    let (_, drift) = client.get("/api/shape-drift?hours=24");
+    let kinds: Vec<&str> = drift["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter(|g| g["tool"] == "now")
+        .filter_map(|g| g["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["declared_output_mismatch"], "{drift}");
+    let (_, server) = client.get("/api/health/servers/thermo");
+    assert_eq!(server["contract_mismatches"], json!(["now"]), "{server}");
+    let (code, stdout, stderr) = run_cli(&["contract", "thermo", "now", "--url", &client.base]);
+    assert_eq!(code, 1, "exit 1 while the returns mismatch: {stdout}{stderr}");
+    for expected in [
+        "State: mismatch · 18 checked · 12 mismatched",
+        "temp_c: required by the declared schema, missing",
+        "Signal: declared_output_mismatch:now:",
+    ] {
+        assert!(stdout.contains(expected), "contract output lacks {expected:?}:\n{stdout}");
+    }
+    let (_, stdout, _) = run_cli(&["health", "--url", &client.base]);
+    assert!(stdout.contains("returns mismatch the declared output: now"), "{stdout}");
+}

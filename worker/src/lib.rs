@@ -11,16 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use driftline_bus::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
+use driftline_detectors::contract::{self, ToolContractState};
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{
-    normalize_tools, short_hash, HashedTools, RecordContext, ServerState, ToolListOutput,
+    changed_declarations, declared_outputs, normalize_tools, short_hash, DeclaredOutput, HashedTools,
+    RecordContext, ServerState, ToolListOutput,
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
-    derive_id, DeadLetter, DetectorThresholds, Notification, NotificationKind, OperatorCommand, OutputKind,
-    ProbeFailure, ProjectName, ServerKey, ServerStatus, Timestamp, ToolCallRecord, ToolCallSpan, ToolKey,
-    ToolListSnapshot,
+    derive_id, DeadLetter, DetectorThresholds, Notification, NotificationKind, OperatorCommand,
+    OutputDeclaration, OutputKind, ProbeFailure, ProjectName, ServerKey, ServerName, ServerStatus, Timestamp,
+    ToolCallRecord, ToolCallSpan, ToolKey, ToolListSnapshot, ToolName, OUTPUT_DECLARATION,
 };
 use driftline_store::{
     Batch, DetectorState, DetectorStore, EventUpdate, Resume, ServerRow, StoreError, Streams, ToolShapeRow,
@@ -64,6 +66,20 @@ impl Default for WorkerSettings {
     }
 }
 
+/// One tool's detector state: its return-shape window and how its returns meet its declared output.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolState {
+    /// Flattened: state stored before declared outputs were checked reads back as is.
+    #[serde(flatten)]
+    pub shape: ToolShapeState,
+    #[serde(default, skip_serializing_if = "no_contract")]
+    pub contract: ToolContractState,
+}
+
+fn no_contract(contract: &ToolContractState) -> bool {
+    *contract == ToolContractState::default()
+}
+
 /// How often the lag gauge is refreshed while the worker waits (on the store, or paused).
 const LAG_REFRESH: Duration = Duration::from_millis(200);
 
@@ -81,13 +97,16 @@ pub struct Worker<C> {
     settings: WorkerSettings,
     positions: Positions,
     servers: HashMap<ServerKey, ServerState>,
-    tools: HashMap<ToolKey, ToolShapeState>,
+    tools: HashMap<ToolKey, ToolState>,
     thresholds: HashMap<ProjectName, DetectorThresholds>,
     /// Records that could not be used, counted (and logged) and skipped so the log keeps flowing.
     pub dead_letters: u64,
     /// Where unusable records go, with the reason (the `dead-letters` topic); without it they are only
     /// logged and counted (the embedded bus, whose only producer is ingest, which validated them).
     dead_letter_sink: Option<Arc<dyn Producer>>,
+    /// Where declared output schemas go (the spans topic, keyed by tool), so each reaches the tool's state
+    /// in order with its calls; without it declarations are not published (tests of the worker alone).
+    declaration_sink: Option<Arc<dyn Producer>>,
     /// Memory holds a batch the store did not take: reload from the store before reading on.
     stale: bool,
     /// The input stream (partition) each key's state belongs to: it moves with it in a consumer group.
@@ -128,6 +147,7 @@ impl<C: Consumer> Worker<C> {
             thresholds: HashMap::new(),
             dead_letters: 0,
             dead_letter_sink: None,
+            declaration_sink: None,
             stale: false,
             server_streams: HashMap::new(),
             tool_streams: HashMap::new(),
@@ -142,6 +162,13 @@ impl<C: Consumer> Worker<C> {
     /// Publishes unusable records to `sink` (before the batch that skips them is stored).
     pub fn with_dead_letters(mut self, sink: Arc<dyn Producer>) -> Self {
         self.dead_letter_sink = Some(sink);
+        self
+    }
+
+    /// Publishes each baseline's declared output schemas to `sink` (before the batch that changed the
+    /// baseline is stored: a replay publishes them again, and the tools' state ignores what it holds).
+    pub fn with_declarations(mut self, sink: Arc<dyn Producer>) -> Self {
+        self.declaration_sink = Some(sink);
         self
     }
 
@@ -176,7 +203,7 @@ impl<C: Consumer> Worker<C> {
                     Ok(())
                 }),
                 "tool" => ToolKey::parse(&key).map_err(|err| err.to_string()).and_then(|parsed| {
-                    let state = serde_json::from_str(&state).map_err(|err| err.to_string())?;
+                    let state: ToolState = serde_json::from_str(&state).map_err(|err| err.to_string())?;
                     self.tools.insert(parsed.clone(), state);
                     self.tool_streams.insert(parsed, stream);
                     Ok(())
@@ -251,12 +278,14 @@ impl<C: Consumer> Worker<C> {
         let mut batch = Batch::default();
         let mut dirty = Dirty::default();
         let mut dead = Vec::new();
+        let mut declarations = Vec::new();
         // Memory runs ahead of the store until this batch is stored.
         self.stale = true;
         let mut calls = self.read_calls(&records).await?;
         for (record, call) in records.iter().zip(calls.iter_mut()) {
             metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
-            if let Err(reason) = self.process(record, call.take(), &mut batch, &mut dirty) {
+            if let Err(reason) = self.process(record, call.take(), &mut batch, &mut dirty, &mut declarations)
+            {
                 dead.push(dead_letter(record, reason));
             }
             batch.positions.insert(record.position.partition, record.position.offset);
@@ -266,10 +295,18 @@ impl<C: Consumer> Worker<C> {
         let started = std::time::Instant::now();
         // Dead letters are durable before the position that skips them (a replay may publish one twice;
         // each names its source topic, partition and offset).
-        let published = match (&self.dead_letter_sink, dead.is_empty()) {
+        let mut published = match (&self.dead_letter_sink, dead.is_empty()) {
             (Some(sink), false) => sink.publish(dead).await,
             _ => Ok(()),
         };
+        if let (Ok(()), Some(sink), false) = (&published, &self.declaration_sink, declarations.is_empty()) {
+            let count = declarations.len();
+            published = sink.publish(declarations).await;
+            if published.is_ok() {
+                metrics::DECLARATIONS.inc_by(count as u64);
+                tracing::debug!(count, "output declarations published");
+            }
+        }
         // When the batch is not stored, memory holds state it changed: go back to what the store holds
         // (now, or before the next poll if the store cannot answer now either).
         if let Err(err) = published {
@@ -375,6 +412,9 @@ impl<C: Consumer> Worker<C> {
             .iter()
             .map(|record| {
                 (record.topic == Topic::Spans).then(|| {
+                    if OutputDeclaration::looks_like(&record.payload) {
+                        return read_declaration(record);
+                    }
                     self.read_call(record)
                         .and_then(|call| check_key(record, &call.key().to_string()).map(|()| call))
                         .map(|call| (call.identity(), call))
@@ -419,6 +459,7 @@ impl<C: Consumer> Worker<C> {
         call: Option<SpanRecord>,
         batch: &mut Batch,
         dirty: &mut Dirty,
+        declarations: &mut Vec<Message>,
     ) -> Result<(), String> {
         if let Some(reason) = self.quarantined.get(&record.key) {
             let reason = format!("key {} is quarantined: {reason}; repair or delete that row", record.key);
@@ -433,14 +474,14 @@ impl<C: Consumer> Worker<C> {
             Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
                 Ok(snapshot) => check_key(record, &snapshot.key().to_string())
                     .and_then(|()| self.settings.tool_lists.check(&snapshot.tools).map_err(|e| e.to_string()))
-                    .map(|()| self.tool_list(&snapshot, record, batch, dirty)),
+                    .map(|()| self.tool_list(&snapshot, record, batch, dirty, declarations)),
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                         check_key(record, &failure.key().to_string())
                             .map(|()| self.probe_failure(&failure, record, batch, dirty))
                     } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload) {
                         check_key(record, &command.key())
-                            .map(|()| self.command(command, record, batch, dirty))
+                            .map(|()| self.command(command, record, batch, dirty, declarations))
                     } else {
                         Err(format!("not a tool-list snapshot: {err}"))
                     }
@@ -457,13 +498,18 @@ impl<C: Consumer> Worker<C> {
                     tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
                     Ok(())
                 }
+                Some(SpanRecord::Declaration(declaration)) => {
+                    self.declaration(&declaration, record, dirty);
+                    Ok(())
+                }
                 Some(SpanRecord::Unusable(reason)) => Err(reason),
                 None => Err("span record not read".to_owned()),
             },
             Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
                 .map_err(|err| format!("not an operator command: {err}"))
                 .and_then(|command| {
-                    check_key(record, &command.key()).map(|()| self.command(command, record, batch, dirty))
+                    check_key(record, &command.key())
+                        .map(|()| self.command(command, record, batch, dirty, declarations))
                 }),
             Topic::DeadLetters => Err("dead letters are not detector input".to_owned()),
         };
@@ -496,6 +542,7 @@ impl<C: Consumer> Worker<C> {
         record: &Delivered,
         batch: &mut Batch,
         dirty: &mut Dirty,
+        declarations: &mut Vec<Message>,
     ) {
         let key = snapshot.key();
         let policy = self.thresholds_of(&snapshot.project).baseline;
@@ -507,7 +554,10 @@ impl<C: Consumer> Worker<C> {
             position: record.position,
             at: record.appended_at,
         };
+        let before = DeclaredBefore::of(state);
         let observed = state.observe_list(snapshot, context, policy);
+        let changed = before.changes(state);
+        declarations.extend(declaration_messages(&snapshot.project, &snapshot.server, changed, record));
         apply_outputs(observed.outputs, batch);
         let hash = observed.hash;
         batch.tool_lists.push((
@@ -577,13 +627,34 @@ impl<C: Consumer> Worker<C> {
         let key = call.key();
         let thresholds = self.thresholds_of(&call.project);
         let state = self.tools.entry(key.clone()).or_default();
-        if let Some(firing) = state.observe((&call).into(), &thresholds) {
+        if let Some(firing) = state.shape.observe((&call).into(), &thresholds) {
             let signal = shape_drift::signal(&call, record.position, firing);
             tracing::info!(key = %key, fingerprint = %signal.fingerprint, ranking = signal.ranking.as_str(), "return shape drift");
             metrics::SHAPE_SIGNALS.with_label_values(&[signal.ranking.as_str()]).inc();
             batch.signals.push(signal);
         }
+        let firing = state.contract.observe((&call).into(), &call.span_id, call.started_at, &thresholds);
+        if let (Some(firing), Some(declared)) = (firing, state.contract.declared()) {
+            let signal = contract::signal(&call, record.position, firing, declared);
+            let paths: Vec<String> = signal.reasons.iter().map(ToString::to_string).collect();
+            tracing::info!(key = %key, fingerprint = %signal.fingerprint, declared = %signal.baseline_hash, reasons = ?paths, "returns mismatch the declared output");
+            metrics::MISMATCH_SIGNALS.inc();
+            batch.notifications.push(Notification::output_mismatch(&signal));
+            batch.signals.push(signal);
+        }
         batch.calls.push((derive_id(OutputKind::ToolCall, &key.to_string(), record.position), call));
+        dirty.tool(key, record);
+    }
+
+    /// A tool's declared output schema changed (published by its server's detector).
+    fn declaration(&mut self, declaration: &OutputDeclaration, record: &Delivered, dirty: &mut Dirty) {
+        let key = declaration.key();
+        let state = self.tools.entry(key.clone()).or_default();
+        if state.contract.declare(declaration) {
+            tracing::info!(key = %key, declared = ?declaration.schema_hash, sequence = declaration.sequence, "declared output applied");
+        } else {
+            tracing::debug!(key = %key, sequence = declaration.sequence, "declared output already held");
+        }
         dirty.tool(key, record);
     }
 
@@ -593,6 +664,7 @@ impl<C: Consumer> Worker<C> {
         record: &Delivered,
         batch: &mut Batch,
         dirty: &mut Dirty,
+        declarations: &mut Vec<Message>,
     ) {
         let result = match &command {
             OperatorCommand::AcceptBaseline { project, server, accepted_by, .. } => {
@@ -600,7 +672,13 @@ impl<C: Consumer> Worker<C> {
                 let context =
                     RecordContext { project, server, position: record.position, at: record.appended_at };
                 let (outputs, state) = match self.servers.get_mut(&key) {
-                    Some(state) => (state.accept(accepted_by, context), Some(state)),
+                    Some(state) => {
+                        let before = DeclaredBefore::of(state);
+                        let outputs = state.accept(accepted_by, context);
+                        let changed = before.changes(state);
+                        declarations.extend(declaration_messages(project, server, changed, record));
+                        (outputs, Some(state))
+                    }
                     None => (Vec::new(), None),
                 };
                 let acceptance = outputs.iter().find_map(|o| match o {
@@ -638,7 +716,8 @@ impl<C: Consumer> Worker<C> {
                     self.thresholds.insert(project.clone(), *thresholds);
                     batch.settings.push((project.to_string(), *thresholds));
                     for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.project == *project) {
-                        state.shrink_to(thresholds.history_window);
+                        state.shape.shrink_to(thresholds.history_window);
+                        state.contract.shrink_to(thresholds.history_window);
                         dirty.tools.entry(key.clone()).or_default();
                     }
                     json!({"thresholds": thresholds})
@@ -684,7 +763,7 @@ impl<C: Consumer> Worker<C> {
             let thresholds = self.thresholds_of(&key.project);
             batch.tool_shapes.push(ToolShapeRow {
                 project: key.project.to_string(),
-                shape: shape_view(&key.server, &key.tool, state, &thresholds),
+                shape: tool_view(&key.server, &key.tool, state, &thresholds),
             });
         }
         Ok(())
@@ -706,8 +785,89 @@ fn project_settings(rows: Vec<(String, DetectorThresholds)>) -> HashMap<ProjectN
 
 /// A span record, read.
 enum SpanRecord {
-    Call { identity: String, call: Box<ToolCallRecord>, repeat: bool },
+    Call {
+        identity: String,
+        call: Box<ToolCallRecord>,
+        repeat: bool,
+    },
+    /// A tool's declared output schema, published by the detector of its server.
+    Declaration(Box<OutputDeclaration>),
     Unusable(String),
+}
+
+/// A server's declared outputs before a record, to tell which ones the record changed.
+struct DeclaredBefore {
+    hash: Option<String>,
+    declared: BTreeMap<String, DeclaredOutput>,
+}
+
+impl DeclaredBefore {
+    fn of(state: &ServerState) -> Self {
+        DeclaredBefore {
+            hash: state.baseline.as_ref().map(|b| b.hash.clone()),
+            declared: state.baseline.as_ref().map(|b| declared_outputs(&b.tools)).unwrap_or_default(),
+        }
+    }
+
+    /// The declarations to publish after the record: those the baseline change altered, or, once, all of
+    /// them for a server whose state never published any (the first baseline, or state stored by an older
+    /// driftline).
+    fn changes(self, state: &mut ServerState) -> Vec<(String, Option<DeclaredOutput>)> {
+        let Some(baseline) = &state.baseline else { return Vec::new() };
+        if !state.declarations_published {
+            state.declarations_published = true;
+            return changed_declarations(&BTreeMap::new(), &declared_outputs(&baseline.tools));
+        }
+        if self.hash.as_deref() == Some(baseline.hash.as_str()) {
+            return Vec::new();
+        }
+        changed_declarations(&self.declared, &declared_outputs(&baseline.tools))
+    }
+}
+
+/// A declaration record, checked like any record from the bus.
+fn read_declaration(record: &Delivered) -> SpanRecord {
+    let read = serde_json::from_slice::<OutputDeclaration>(&record.payload)
+        .map_err(|err| format!("not an output declaration: {err}"))
+        .and_then(|declaration| {
+            if declaration.kind != OUTPUT_DECLARATION {
+                return Err(format!("an output declaration's type must be {OUTPUT_DECLARATION:?}"));
+            }
+            check_key(record, &declaration.key().to_string()).map(|()| declaration)
+        });
+    match read {
+        Ok(declaration) => SpanRecord::Declaration(Box::new(declaration)),
+        Err(reason) => SpanRecord::Unusable(reason),
+    }
+}
+
+/// The declaration records of one baseline change (or of a whole baseline, `everything`), keyed by tool.
+fn declaration_messages(
+    project: &ProjectName,
+    server: &ServerName,
+    changed: Vec<(String, Option<DeclaredOutput>)>,
+    record: &Delivered,
+) -> Vec<Message> {
+    changed
+        .into_iter()
+        .filter_map(|(tool, output)| {
+            // A tool list may name tools that are not valid tool names: they get no calls either.
+            let tool = ToolName::parse(tool).ok()?;
+            let declaration = OutputDeclaration {
+                schema_version: driftline_schemas::SCHEMA_VERSION,
+                kind: OUTPUT_DECLARATION.to_owned(),
+                project: project.clone(),
+                server: server.clone(),
+                tool,
+                schema_hash: output.as_ref().map(|o| o.hash.clone()),
+                output_schema: output.map(|o| o.schema),
+                declared_at: record.appended_at,
+                sequence: record.position.offset,
+            };
+            let key = declaration.key().to_string();
+            serde_json::to_vec(&declaration).ok().map(|payload| Message { topic: Topic::Spans, key, payload })
+        })
+        .collect()
 }
 
 /// A record's key decides its partition, and the partition decides which detector holds the state: a
@@ -830,6 +990,19 @@ fn server_row(
     }
 }
 
+/// The API's view of a tool: its shape status, and how its returns meet its declared output (whether the
+/// declaration admits the observed dominant shape is decided here, so the API runs no detection).
+pub fn tool_view(server: &str, tool: &str, state: &ToolState, thresholds: &DetectorThresholds) -> ToolShape {
+    let mut view = shape_view(server, tool, &state.shape, thresholds);
+    view.contract = state.contract.view(thresholds).map(|mut contract| {
+        if let (Some(declared), Some(shape)) = (state.contract.declared(), &view.baseline_shape) {
+            (contract.observed_agrees, contract.disagreements) = contract::agrees(declared, shape);
+        }
+        contract
+    });
+    view
+}
+
 /// The API's view of a tool's shape status.
 pub fn shape_view(
     server: &str,
@@ -858,5 +1031,6 @@ pub fn shape_view(
         history_window: thresholds.history_window,
         telemetry: state.telemetry,
         signal_groups: Vec::new(),
+        contract: None,
     }
 }

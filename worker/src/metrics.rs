@@ -136,3 +136,19 @@ pub static REPEATED_CALLS: LazyLock<IntCounter> = LazyLock::new(|| {
     )
     .expect("metric names are static and valid")
 });
+
+pub static DECLARATIONS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_output_declarations_total",
+        "Declared output schemas published to their tools' partitions after a baseline changed"
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static MISMATCH_SIGNALS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_declared_output_mismatch_signals_total",
+        "Signals that a tool's returns stopped meeting its declared output schema"
+    )
+    .expect("metric names are static and valid")
+});

@@ -5,6 +5,7 @@
 //! tracked on an explicit stack, so no input can exhaust the call stack.
 
 mod escape;
+pub(crate) mod parse;
 mod walk;
 
 use driftline_schemas::{CallStatus, ProjectName, ShapeOutcome, Timestamp, ToolCallRecord, ToolCallSpan};

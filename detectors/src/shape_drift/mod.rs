@@ -12,7 +12,7 @@ use std::fmt;
 use driftline_schemas::api::OutcomeCounts;
 use driftline_schemas::{
     derive_id, CallStatus, DetectorThresholds, InputPosition, OutputKind, ShapeDriftSignal, ShapeOutcome,
-    ToolCallRecord,
+    SignalKind, ToolCallRecord,
 };
 use serde::{Deserialize, Serialize};
 
@@ -232,6 +232,8 @@ pub fn signal(record: &ToolCallRecord, position: InputPosition, firing: Firing) 
     let shape_hash = shape_hex8(&firing.shape);
     ShapeDriftSignal {
         id: derive_id(OutputKind::ShapeDriftSignal, &record.key().to_string(), position),
+        kind: SignalKind::ShapeDrift,
+        call_started_at: Some(record.started_at),
         project: record.project.to_string(),
         server: record.server.to_string(),
         tool: record.tool.to_string(),

@@ -1,8 +1,10 @@
 //! Ranking a shape change from a structural diff of the baseline and the new shape (DESIGN.md §4.5).
 
-use std::fmt::{self, Write};
+use std::fmt;
 
 use driftline_schemas::{ReasonChange, ShapeRanking, ShapeReason};
+
+use crate::shape::parse::{parse, Node};
 
 /// Why a pair of shapes could not be ranked.
 pub const EMPTY_SHAPE: &str = "one of the two shapes is empty, so nothing can be compared";
@@ -50,6 +52,10 @@ pub fn rank(baseline: &str, current: &str) -> Ranked {
     let (Some(before), Some(after)) = (parse(baseline), parse(current)) else {
         return indeterminate;
     };
+    // A typed sentinel stands for a value driftline did not look into: nothing to rank it by.
+    if before.has_typed() || after.has_typed() {
+        return indeterminate;
+    }
     let mut reasons = Vec::new();
     diff(&before, &after, &Path::Root, &mut reasons);
     let ranking = if reasons.is_empty() {
@@ -60,46 +66,6 @@ pub fn rank(baseline: &str, current: &str) -> Ranked {
         Ranking::Ranked(ShapeRanking::Compatible)
     };
     Ranked { ranking, reasons }
-}
-
-/// A parsed shape. Typed sentinels are not represented: a shape holding one is not ranked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Node {
-    Atom(&'static str),
-    Array(Option<Box<Node>>),
-    Object(Vec<(String, Node)>),
-}
-
-impl Node {
-    fn kind(&self) -> &'static str {
-        match self {
-            Node::Atom(kind) => kind,
-            Node::Array(_) => "array",
-            Node::Object(_) => "object",
-        }
-    }
-}
-
-impl fmt::Display for Node {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Node::Atom(kind) => f.write_str(kind),
-            Node::Array(None) => f.write_str("[]"),
-            Node::Array(Some(element)) => write!(f, "[{element}]"),
-            Node::Object(fields) => {
-                f.write_char('{')?;
-                for (index, (key, node)) in fields.iter().enumerate() {
-                    if index > 0 {
-                        f.write_char(',')?;
-                    }
-                    let mut escaped = String::new();
-                    crate::shape::escape_key_into(&mut escaped, key);
-                    write!(f, "{escaped}:{node}")?;
-                }
-                f.write_char('}')
-            }
-        }
-    }
 }
 
 enum Path<'a> {
@@ -125,7 +91,7 @@ fn reason(
     before: Option<String>,
     after: Option<String>,
 ) -> ShapeReason {
-    ShapeReason { path: path.to_string(), change, before, after }
+    ShapeReason { path: path.to_string(), change, before, after, detail: None }
 }
 
 /// Removed fields and type changes in the baseline's key order, then added fields.
@@ -166,92 +132,6 @@ fn diff(before: &Node, after: &Node, path: &Path<'_>, out: &mut Vec<ShapeReason>
             Some(after.kind().to_owned()),
         )),
         _ => {}
-    }
-}
-
-/// Parses a shape string written by [`crate::shape`]; `None` when it is empty, malformed, or holds a
-/// typed sentinel.
-fn parse(text: &str) -> Option<Node> {
-    let mut parser = Parser { chars: text.chars().peekable() };
-    let node = parser.node()?;
-    parser.chars.next().is_none().then_some(node)
-}
-
-struct Parser<'a> {
-    chars: std::iter::Peekable<std::str::Chars<'a>>,
-}
-
-impl Parser<'_> {
-    fn node(&mut self) -> Option<Node> {
-        match *self.chars.peek()? {
-            '[' => {
-                self.chars.next();
-                if self.eat(']') {
-                    return Some(Node::Array(None));
-                }
-                let element = self.node()?;
-                self.eat(']').then(|| Node::Array(Some(Box::new(element))))
-            }
-            '{' => {
-                self.chars.next();
-                let mut fields = Vec::new();
-                if self.eat('}') {
-                    return Some(Node::Object(fields));
-                }
-                loop {
-                    let key = self.key()?;
-                    let node = self.node()?;
-                    fields.push((key, node));
-                    if self.eat('}') {
-                        return Some(Node::Object(fields));
-                    }
-                    if !self.eat(',') {
-                        return None;
-                    }
-                }
-            }
-            _ => {
-                for atom in ["null", "bool", "number", "string"] {
-                    if self.word(atom) {
-                        return Some(Node::Atom(atom));
-                    }
-                }
-                None
-            }
-        }
-    }
-
-    fn eat(&mut self, expected: char) -> bool {
-        self.chars.next_if_eq(&expected).is_some()
-    }
-
-    fn word(&mut self, word: &str) -> bool {
-        let mut lookahead = self.chars.clone();
-        if word.chars().all(|c| lookahead.next() == Some(c)) {
-            self.chars = lookahead;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// A key up to its unescaped `:`, which is consumed.
-    fn key(&mut self) -> Option<String> {
-        let mut key = String::new();
-        loop {
-            match self.chars.next()? {
-                ':' => return Some(key),
-                '\\' => match self.chars.next()? {
-                    'u' => {
-                        let hex: String = (0..4).filter_map(|_| self.chars.next()).collect();
-                        key.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
-                    }
-                    c => key.push(c),
-                },
-                ',' | '{' | '}' | '[' | ']' | '<' | '>' | '"' => return None,
-                c => key.push(c),
-            }
-        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod canonical;
 mod classify;
+mod declared;
 mod diff;
 mod explain;
 mod normal;
@@ -17,6 +18,7 @@ use serde_json::Value;
 
 pub use canonical::{canonical_json, definition_hash, schema_hash, tools_hash};
 pub use classify::classify;
+pub use declared::{changed_declarations, declared_outputs, DeclaredOutput};
 pub use diff::{diff_normal, diff_tools, review_tool};
 pub use explain::consequence;
 pub use normal::{normalize_root_schema, normalize_schema, normalize_tools, NormalTool, EQUIVALENCES};
@@ -71,6 +73,10 @@ pub struct ServerState {
     /// version is rehashed once, so an upgrade of driftline is never reported as drift.
     #[serde(default)]
     pub normal_form: u32,
+    /// Whether the baseline's declared output schemas were published to the tools' partitions (state
+    /// stored by a driftline that did not publish them does so once, at the server's next record).
+    #[serde(default)]
+    pub declarations_published: bool,
 }
 
 /// Bumped whenever normalisation changes what a hash covers.
