@@ -1,8 +1,10 @@
 //! Tool-list normalise, hash and diff on any JSON: `[old, new]` (two lists) or one list (diffed with
-//! itself). Never panics; a list never differs from itself; equal hashes mean no change.
+//! itself). Never panics; a list never differs from itself; equal hashes mean no change. Every declared
+//! output schema compiles and checks shapes without panicking, the same way twice.
 #![no_main]
 
-use driftline_detectors::tool_drift::{diff_tools, schema_hash};
+use driftline_detectors::contract::CompiledOutput;
+use driftline_detectors::tool_drift::{declared_outputs, diff_tools, schema_hash};
 use driftline_schemas::ToolListLimits;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -24,5 +26,14 @@ fuzz_target!(|data: &[u8]| {
     let changes = diff_tools(&old, &new);
     if old_hash == new_hash {
         assert!(changes.is_empty(), "equal hashes, yet changes: {changes:?}");
+    }
+    // Declarations come from servers: a hostile one must not crash or stall the contract check.
+    const SHAPES: [&str; 6] =
+        ["{}", "null", "[number]", "{a:string,b:[{c:bool}]}", "{content:[{text:string}],structuredContent:{x:number}}", "<typed:t>"];
+    for output in declared_outputs(&new).values() {
+        let compiled = CompiledOutput::new(&output.schema);
+        for shape in SHAPES {
+            assert_eq!(compiled.check(shape), compiled.check(shape), "the check is deterministic");
+        }
     }
 });

@@ -148,6 +148,7 @@ def test_service_monitor_and_alert_rules_only_when_enabled():
     assert alerts == {
         "DriftlineBreakingDrift",
         "DriftlineSecurityFlag",
+        "DriftlineDeclaredOutputMismatch",
         "DriftlineConsumerLagGrowing",
         "DriftlineDetectionStale",
         "DriftlineNotificationsFailing",

@@ -442,6 +442,10 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
         "Recommendation: Update callers or roll back search-mcp to ",
         "Accepted search-mcp",
         "2/2 servers healthy",
+        // get_forecast declares its output; 3 of 23 forecasts break it: counted, not dominant.
+        "Contract — weather-mcp / get_forecast",
+        "Agrees: yes",
+        "State: agrees · 23 checked · 3 mismatched · 0 inconclusive",
     ] {
         assert!(stdout.contains(expected), "demo output lacks {expected:?}:\n{stdout}");
     }
@@ -538,6 +542,21 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
     assert_eq!(shape["signal_groups"][0]["occurrences"], 3);
     assert_eq!(shape["signal_groups"][0]["ranking"], "breaking");
 
+    let (_, contract) = client.get("/api/tools/weather-mcp/get_forecast/contract");
+    assert_eq!(contract["contract"]["declared_schema"]["required"], json!(["city", "temp_c"]), "{contract}");
+    let counts = (&contract["contract"]["checked"], &contract["contract"]["mismatched"], &contract["agrees"]);
+    assert_eq!(counts, (&json!(23), &json!(3), &json!(true)), "{contract}");
+    assert_eq!(contract["contract"]["last_mismatch"]["span_id"], "travel-22", "{contract}");
+    assert!(contract["signal_groups"].as_array().is_some_and(Vec::is_empty), "not dominant: {contract}");
+    // The calls were made over the last six hours: the timeline draws them where they happened.
+    let (_, timeline) = client.get("/api/tools/weather-mcp/get_forecast/timeline?hours=6");
+    let buckets = timeline["buckets"].as_array().expect("buckets");
+    let calls: u64 = buckets.iter().filter_map(|b| b["calls"].as_u64()).sum();
+    assert_eq!(calls, 23, "{timeline}");
+    assert!(buckets.iter().filter(|b| b["calls"].as_u64() > Some(0)).count() >= 10, "spread: {timeline}");
+    let markers = timeline["markers"].as_array().expect("markers");
+    assert_eq!(markers.iter().filter(|m| m["kind"] == "shape_drift").count(), 3, "{timeline}");
+
     let (_, tools) = client.get("/api/tools");
     let calls: Vec<(&str, u64, u64, bool)> = tools
         .as_array()
@@ -576,6 +595,7 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
         "driftline_shape_signals_total{ranking=\"breaking\"} 3",
         "driftline_worker_consumer_lag 0",
         "driftline_detector_state_keys{kind=\"tool\"} 2",
+        "driftline_worker_output_declarations_total 1",
     ] {
         assert!(metrics.contains(series), "/metrics lacks {series}:\n{metrics}");
     }
