@@ -585,7 +585,8 @@ function contractPanel(server, tool, report) {
   const observed = report.observed_shape
     ? h('div', { class: 'box observed-shape' },
       h('span', { class: 'box-label' }, `OBSERVED ${report.observed_hash || ''}${typeof report.observed_share === 'number' ? ` · ${Math.round(report.observed_share * 100)}% of recent returns` : ''}`),
-      shapeWithPaths(report.observed_shape, [...(report.disagreements || []), ...((c && c.last_mismatch && c.last_mismatch.reasons) || [])]))
+      // Only what the observed shape itself gets wrong is marked in it (an agreeing shape has nothing marked).
+      shapeWithPaths(report.observed_shape, report.disagreements || []))
     : h('div', { class: 'box observed-shape' }, h('span', { class: 'box-label' }, 'OBSERVED'),
       h('p', {}, 'No dominant return shape yet (too few calls, or no single shape dominates).'));
   if (!c) {

@@ -56,6 +56,8 @@ pub(crate) fn known_schema_version<'de, D: serde::Deserializer<'de>>(
 pub const TOOL_LIST_SNAPSHOT_JSON_SCHEMA: &str = include_str!("../json/tool-list-snapshot.v1.json");
 /// JSON Schema (draft 2020-12) of a raw [`ToolCallSpan`] record on the `spans` topic.
 pub const TOOL_CALL_SPAN_JSON_SCHEMA: &str = include_str!("../json/tool-call-span.v1.json");
+/// The declarations driftline's detectors write to the spans topic (`schemas/json/output-declaration.v1.json`).
+pub const OUTPUT_DECLARATION_JSON_SCHEMA: &str = include_str!("../json/output-declaration.v1.json");
 
 /// Lowercase hex of the first 4 bytes of a SHA-256 digest: the short form shown to people.
 pub fn hex8(digest: &[u8]) -> String {

@@ -1,7 +1,8 @@
 //! The published JSON Schemas and the serde types agree on what a valid input message is.
 
 use driftline_schemas::{
-    ToolCallSpan, ToolListSnapshot, TOOL_CALL_SPAN_JSON_SCHEMA, TOOL_LIST_SNAPSHOT_JSON_SCHEMA,
+    OutputDeclaration, ToolCallSpan, ToolListSnapshot, OUTPUT_DECLARATION_JSON_SCHEMA,
+    TOOL_CALL_SPAN_JSON_SCHEMA, TOOL_LIST_SNAPSHOT_JSON_SCHEMA,
 };
 use serde_json::{json, Value};
 
@@ -83,4 +84,39 @@ fn the_schema_is_stricter_than_the_detector_about_tools() {
     let nameless = snapshot(|s| s["tools"] = json!([{"description": "no name"}]));
     assert!(!v.is_valid(&nameless));
     assert!(serde_json::from_value::<ToolListSnapshot>(nameless).is_ok());
+}
+
+fn declaration(change: impl FnOnce(&mut Value)) -> Value {
+    let mut declaration = json!({"schema_version": 1, "type": "output_declaration", "project": "default",
+        "server": "weather-mcp", "tool": "get_forecast",
+        "output_schema": {"type": "object", "properties": {"temp_c": {"type": "number"}}},
+        "schema_hash": "0a1b2c3d", "declared_at": "2026-03-26T08:15:42.000Z", "sequence": 17});
+    change(&mut declaration);
+    declaration
+}
+
+#[test]
+fn output_declaration() {
+    let v = validator(OUTPUT_DECLARATION_JSON_SCHEMA);
+    check::<OutputDeclaration>(&v, declaration(|_| {}), true);
+    check::<OutputDeclaration>(
+        &v,
+        declaration(|d| (d["output_schema"], d["schema_hash"]) = (Value::Null, Value::Null)),
+        true,
+    );
+    check::<OutputDeclaration>(&v, declaration(|d| d["extra"] = json!(1)), false);
+    check::<OutputDeclaration>(&v, declaration(|d| d["tool"] = json!("..")), false);
+    check::<OutputDeclaration>(&v, declaration(|d| d["sequence"] = json!("17")), false);
+    check::<OutputDeclaration>(
+        &v,
+        declaration(|d| drop(d.as_object_mut().map(|o| o.remove("declared_at")))),
+        false,
+    );
+    // A span is never a declaration, and a declaration never a span.
+    assert!(serde_json::from_value::<OutputDeclaration>(span(|_| {})).is_err());
+    assert!(serde_json::from_value::<ToolCallSpan>(declaration(|_| {})).is_err());
+    let text =
+        serde_json::to_vec(&serde_json::from_value::<OutputDeclaration>(declaration(|_| {})).expect("reads"))
+            .expect("writes");
+    assert!(OutputDeclaration::looks_like(&text), "what driftline writes is recognised before a full parse");
 }

@@ -304,7 +304,7 @@ def test_alert_rules_pass_promtool():
         ["promtool", "check", "rules", str(CHART / "files" / "driftline-rules.yaml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_the_grafana_dashboard_reads_driftline_metrics():
