@@ -62,17 +62,17 @@ pub fn shape_hex8(shape: &str) -> String {
 /// when several apply: `unparseable`, then `too_deep`, then `truncated_sentinel`, then `oversized`.
 /// Invalid UTF-8 anywhere is `unparseable`.
 pub fn fingerprint(json: &[u8], max_bytes: u64) -> Fingerprint {
-    fingerprint_checked(json, true, max_bytes)
+    fingerprint_walked(walk::walk(json), max_bytes)
 }
 
 /// [`fingerprint`] for text known to be UTF-8 (a `RawValue`, a `&str`): the same result without checking
 /// the encoding again. This is what ingest runs.
 pub fn fingerprint_str(json: &str, max_bytes: u64) -> Fingerprint {
-    fingerprint_checked(json.as_bytes(), false, max_bytes)
+    fingerprint_walked(walk::walk_str(json), max_bytes)
 }
 
-fn fingerprint_checked(json: &[u8], check_utf8: bool, max_bytes: u64) -> Fingerprint {
-    let Ok(walked) = walk::walk(json, check_utf8) else {
+fn fingerprint_walked(walked: Result<walk::Walked, walk::Invalid>, max_bytes: u64) -> Fingerprint {
+    let Ok(walked) = walked else {
         return unparseable();
     };
     let compact_bytes = Some(walked.compact_bytes);

@@ -15,13 +15,23 @@ pub struct Walked {
     pub is_truncated_sentinel: bool,
 }
 
-/// Walks JSON bytes. With `check_utf8`, UTF-8 is checked where it matters: inside strings (anywhere else a
-/// non-ASCII byte is a syntax error), and only for strings that hold non-ASCII bytes. Text that is already
-/// a `&str` needs no check.
-pub fn walk(json: &[u8], check_utf8: bool) -> Result<Walked, Invalid> {
+/// Walks JSON bytes. UTF-8 is checked where it matters: inside strings (anywhere else a non-ASCII byte is
+/// a syntax error), and only for strings that hold non-ASCII bytes.
+pub fn walk(json: &[u8]) -> Result<Walked, Invalid> {
+    walk_text(json, None)
+}
+
+/// [`walk`] over text already known to be UTF-8: nothing is checked again, and the strings the shape keeps
+/// (keys) are sliced from it.
+pub fn walk_str(json: &str) -> Result<Walked, Invalid> {
+    walk_text(json.as_bytes(), Some(json))
+}
+
+fn walk_text<'a>(json: &'a [u8], text: Option<&'a str>) -> Result<Walked, Invalid> {
     let mut walker = Walker {
         bytes: json,
-        check_utf8,
+        text,
+        spare_entries: Vec::new(),
         pos: 0,
         whitespace: 0,
         containers: Vec::with_capacity(16),
@@ -67,7 +77,12 @@ enum Frame<'a> {
 
 struct Walker<'a> {
     bytes: &'a [u8],
-    check_utf8: bool,
+    /// The same bytes as text, when the caller has them so: strings the shape keeps are sliced from it, and
+    /// no UTF-8 is checked. Without it, every string holding non-ASCII bytes is checked.
+    text: Option<&'a str>,
+    /// Entry lists of closed objects, emptied, for the next object to fill (one allocation per depth, not
+    /// per object).
+    spare_entries: Vec<Vec<(Cow<'a, str>, Shaped<'a>)>>,
     pos: usize,
     whitespace: usize,
     /// Every open container, for validation and depth.
@@ -197,7 +212,9 @@ impl<'a> Walker<'a> {
         } else if BUILD && !self.too_deep {
             self.frames.push(match container {
                 Container::Array => Frame::Array { first: None },
-                Container::Object => Frame::Object { entries: Vec::new(), pending_key: None },
+                Container::Object => {
+                    Frame::Object { entries: self.spare_entries.pop().unwrap_or_default(), pending_key: None }
+                }
             });
         }
     }
@@ -209,7 +226,12 @@ impl<'a> Walker<'a> {
         }
         let shaped = match self.frames.pop() {
             Some(Frame::Array { first }) => array_shape(first),
-            Some(Frame::Object { entries, .. }) => object_shape(entries),
+            Some(Frame::Object { mut entries, .. }) => {
+                let shaped = object_shape(&mut entries);
+                entries.clear();
+                self.spare_entries.push(entries);
+                shaped
+            }
             None => return,
         };
         self.deliver(shaped);
@@ -258,20 +280,20 @@ impl<'a> Walker<'a> {
             self.skip_plain_string_bytes();
             let byte = self.peek().ok_or(Invalid)?;
             if let Some(out) = decoded.as_mut() {
-                out.push_str(utf8(&self.bytes[run_start..self.pos])?);
+                out.push_str(self.str_at(run_start, self.pos)?);
             }
             match byte {
                 b'"' => {
-                    let raw = &self.bytes[start..self.pos];
+                    let end = self.pos;
                     self.pos += 1;
                     return Ok(Some(match decoded {
                         Some(out) => Cow::Owned(out),
-                        None => Cow::Borrowed(utf8(raw)?),
+                        None => Cow::Borrowed(self.str_at(start, end)?),
                     }));
                 }
                 b'\\' => {
                     if decoded.is_none() {
-                        decoded = Some(utf8(&self.bytes[start..self.pos])?.to_owned());
+                        decoded = Some(self.str_at(start, self.pos)?.to_owned());
                     }
                     self.pos += 1;
                     let c = self.escape()?;
@@ -281,6 +303,16 @@ impl<'a> Walker<'a> {
                 }
                 _ => return Err(Invalid),
             }
+        }
+    }
+
+    /// The bytes `start..end` of a string body as text: sliced from the text when the walk has it (both
+    /// ends sit next to ASCII, so on character boundaries), checked otherwise.
+    #[inline]
+    fn str_at(&self, start: usize, end: usize) -> Result<&'a str, Invalid> {
+        match self.text {
+            Some(text) => text.get(start..end).ok_or(Invalid),
+            None => utf8(&self.bytes[start..end]),
         }
     }
 
@@ -300,7 +332,7 @@ impl<'a> Walker<'a> {
             }
         }
         // Escapes are ASCII, so checking the raw bytes checks every run between them.
-        if non_ascii && self.check_utf8 {
+        if non_ascii && self.text.is_none() {
             utf8(&self.bytes[start..self.pos])?;
         }
         self.pos += 1;
@@ -453,21 +485,29 @@ fn utf8(bytes: &[u8]) -> Result<&str, Invalid> {
 fn array_shape(first: Option<Cow<'static, str>>) -> Shaped<'static> {
     let text = match first {
         None => Cow::Borrowed("[]"),
-        Some(element) => Cow::Owned(format!("[{element}]")),
+        Some(element) => {
+            let mut text = String::with_capacity(element.len() + 2);
+            text.push('[');
+            text.push_str(&element);
+            text.push(']');
+            Cow::Owned(text)
+        }
     };
     Shaped { text, string_value: None }
 }
 
-fn object_shape<'a>(mut entries: Vec<(Cow<'a, str>, Shaped<'a>)>) -> Shaped<'a> {
-    // Stable sort, then keep the last of each run of equal keys: duplicate keys, the last wins.
+fn object_shape<'a>(entries: &mut Vec<(Cow<'a, str>, Shaped<'a>)>) -> Shaped<'a> {
+    // Stable sort, then keep the last of each run of equal keys: duplicate keys, the last wins (`dedup_by`
+    // keeps the first of a run, so the later entry is swapped into its place before it is dropped).
     entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    let mut unique: Vec<(Cow<'a, str>, Shaped<'a>)> = Vec::with_capacity(entries.len());
-    for entry in entries {
-        match unique.last_mut() {
-            Some(last) if last.0 == entry.0 => *last = entry,
-            _ => unique.push(entry),
+    entries.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            std::mem::swap(later, kept);
         }
-    }
+        same
+    });
+    let unique = &*entries;
     let string_of = |name: &str| {
         unique.iter().find(|(key, _)| key == name).and_then(|(_, shaped)| shaped.string_value.as_deref())
     };
