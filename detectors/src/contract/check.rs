@@ -10,12 +10,12 @@
 //! compiled once. Every check walks that graph under a step budget, so no schema can stall a call.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::fmt;
 
 use driftline_schemas::{ReasonChange, ShapeReason};
 use serde_json::{Map, Value};
 
-use crate::shape::parse::{parse, Node};
+use crate::shape::parse::{parse, Node, ShapePath as Path};
+use crate::tool_drift::refs::decode_fragment;
 
 /// Schema nodes one check may visit (each rule applied to one part of the shape counts one); past it
 /// the check is inconclusive.
@@ -445,25 +445,6 @@ impl<'a> Compiler<'a> {
     }
 }
 
-/// The JSON pointer of a URI fragment, percent-decoded; `None` when it is not a pointer (an anchor).
-fn decode_fragment(fragment: &str) -> Option<String> {
-    let bytes = fragment.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        if bytes[index] == b'%' {
-            let hex = fragment.get(index + 1..index + 3)?;
-            decoded.push(u8::from_str_radix(hex, 16).ok()?);
-            index += 3;
-        } else {
-            decoded.push(bytes[index]);
-            index += 1;
-        }
-    }
-    let pointer = String::from_utf8(decoded).ok()?;
-    (pointer.is_empty() || pointer.starts_with('/')).then_some(pointer)
-}
-
 struct InPlace<'n> {
     names: BTreeSet<&'n str>,
     /// Something in place evaluates properties in a way not followed here.
@@ -504,23 +485,6 @@ struct Eval<'c> {
     /// Rules being applied to the current part of the shape, to cut a reference cycle that never
     /// descends into the shape (re-applying a rule already being applied proves nothing new).
     in_place: Vec<Id>,
-}
-
-enum Path<'a> {
-    Root,
-    Field(&'a Path<'a>, &'a str),
-    Elements(&'a Path<'a>),
-}
-
-impl fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Path::Root => f.write_str("(root)"),
-            Path::Field(Path::Root, key) => f.write_str(key),
-            Path::Field(parent, key) => write!(f, "{parent}.{key}"),
-            Path::Elements(parent) => write!(f, "{parent}[]"),
-        }
-    }
 }
 
 type Reasons = Result<Vec<ShapeReason>, Exhausted>;

@@ -185,3 +185,21 @@ impl Parser<'_> {
         }
     }
 }
+
+/// Where in a value a shape difference sits, as people read it: `(root)`, `result.id`, `rows[].a`.
+pub(crate) enum ShapePath<'a> {
+    Root,
+    Field(&'a ShapePath<'a>, &'a str),
+    Elements(&'a ShapePath<'a>),
+}
+
+impl fmt::Display for ShapePath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShapePath::Root => f.write_str("(root)"),
+            ShapePath::Field(ShapePath::Root, key) => f.write_str(key),
+            ShapePath::Field(parent, key) => write!(f, "{parent}.{key}"),
+            ShapePath::Elements(parent) => write!(f, "{parent}[]"),
+        }
+    }
+}

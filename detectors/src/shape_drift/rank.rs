@@ -1,10 +1,8 @@
 //! Ranking a shape change from a structural diff of the baseline and the new shape (DESIGN.md §4.5).
 
-use std::fmt;
-
 use driftline_schemas::{ReasonChange, ShapeRanking, ShapeReason};
 
-use crate::shape::parse::{parse, Node};
+use crate::shape::parse::{parse, Node, ShapePath as Path};
 
 /// Why a pair of shapes could not be ranked.
 pub const EMPTY_SHAPE: &str = "one of the two shapes is empty, so nothing can be compared";
@@ -66,23 +64,6 @@ pub fn rank(baseline: &str, current: &str) -> Ranked {
         Ranking::Ranked(ShapeRanking::Compatible)
     };
     Ranked { ranking, reasons }
-}
-
-enum Path<'a> {
-    Root,
-    Field(&'a Path<'a>, &'a str),
-    Elements(&'a Path<'a>),
-}
-
-impl fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Path::Root => f.write_str("(root)"),
-            Path::Field(Path::Root, key) => f.write_str(key),
-            Path::Field(parent, key) => write!(f, "{parent}.{key}"),
-            Path::Elements(parent) => write!(f, "{parent}[]"),
-        }
-    }
 }
 
 fn reason(

@@ -6,7 +6,7 @@ mod declared;
 mod diff;
 mod explain;
 mod normal;
-mod refs;
+pub(crate) mod refs;
 pub mod security;
 
 use driftline_schemas::{

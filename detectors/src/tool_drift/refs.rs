@@ -152,7 +152,7 @@ fn merge(target: Value, siblings: Map<String, Value>) -> Value {
 }
 
 /// The JSON pointer of a URI fragment: percent-decoded; `None` when it is not a pointer (an anchor).
-fn decode_fragment(fragment: &str) -> Option<String> {
+pub(crate) fn decode_fragment(fragment: &str) -> Option<String> {
     let bytes = fragment.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut index = 0;
