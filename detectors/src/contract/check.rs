@@ -58,7 +58,8 @@ pub struct CompiledOutput {
     root: Id,
     /// The schema exceeded [`SCHEMA_NODE_LIMIT`] or nested too deep: nothing can be told from it.
     too_large: bool,
-    /// The schema itself declares a `content` property, so a value with one is not an MCP envelope.
+    /// The schema itself declares a `content` property, so a value with one and no `structuredContent`
+    /// is not an MCP envelope.
     declares_content: bool,
 }
 
@@ -150,17 +151,20 @@ impl CompiledOutput {
         normalize(&mut node);
         let mut eval = Eval { nodes: &self.nodes, steps: 0, depth: 0, in_place: Vec::new() };
         let structured = Path::Field(&Path::Root, "structuredContent");
-        let result = match envelope(&node).filter(|_| !self.declares_content) {
-            // A whole MCP CallToolResult: the declaration describes its structured content.
+        let result = match envelope(&node) {
+            // A whole MCP CallToolResult: the declaration describes its structured content. With a
+            // `structuredContent` next to the `content` array it is one even when the declaration has a
+            // `content` property of its own (the reference filesystem server's `read_file` declares
+            // `{content: string}`); without one, such a value is read as the tool's own.
             Some(Some(content)) => eval.eval(self.root, content, &structured),
-            Some(None) => Ok(vec![ShapeReason {
+            Some(None) if !self.declares_content => Ok(vec![ShapeReason {
                 path: structured.to_string(),
                 change: ReasonChange::Removed,
                 before: Some(eval.describe(self.root)),
                 after: None,
                 detail: Some(MISSING_STRUCTURED_CONTENT.to_owned()),
             }]),
-            None => eval.eval(self.root, &node, &Path::Root),
+            _ => eval.eval(self.root, &node, &Path::Root),
         };
         match result {
             Err(Exhausted) => Verdict::Inconclusive,

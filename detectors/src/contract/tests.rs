@@ -489,6 +489,20 @@ fn contract_call_tool_result_envelope() {
         r#"{"content":[1]}"#,
         "content[]: declared string, returned number",
     );
+    // …unless a `structuredContent` sits next to a `content` array: then the value is the envelope (the
+    // reference filesystem server's read_file declares `{content: string}`).
+    let read_file = r#"{"type":"object","properties":{"content":{"type":"string"}},"required":["content"],"additionalProperties":false}"#;
+    check(
+        read_file,
+        r#"{"content":[{"type":"text","text":"x"}],"structuredContent":{"content":"x"},"isError":false}"#,
+        "admitted",
+    );
+    check(
+        read_file,
+        r#"{"content":[{"type":"text","text":"x"}],"structuredContent":{"text":"x"}}"#,
+        &format!("structuredContent.content: {MISSING_REQUIRED}; structuredContent.text: {NOT_ALLOWED}"),
+    );
+    check(read_file, r#"{"content":"x"}"#, "admitted");
 }
 
 #[test]
