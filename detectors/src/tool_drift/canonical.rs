@@ -5,7 +5,7 @@
 
 use std::cmp::Ordering;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::normal::{normalize_tools, NormalTool};
@@ -38,30 +38,77 @@ fn write_canonical(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
-            out.push('{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_string(out, key);
-                out.push(':');
-                write_canonical(out, item);
-            }
-            out.push('}');
-        }
+        Value::Object(map) => write_object(out, map, None),
     }
 }
 
-fn write_string(out: &mut String, text: &str) {
-    // serde_json escapes exactly what JCS requires: `"`, `\`, and controls (short forms where they exist,
-    // otherwise lowercase \u00xx), and writes everything else as UTF-8.
-    out.push_str(&Value::String(text.to_owned()).to_string());
+/// An object's members in JCS order, with one more string member (`name`, kept apart from a tool's
+/// definition) written as if it were in the map, so no tool is copied to be hashed.
+fn write_object(out: &mut String, map: &Map<String, Value>, extra: Option<(&str, &str)>) {
+    let mut entries: Vec<(&str, Member<'_>)> =
+        map.iter().map(|(k, v)| (k.as_str(), Member::Value(v))).collect();
+    if let Some((key, text)) = extra {
+        entries.retain(|(k, _)| *k != key);
+        entries.push((key, Member::Text(text)));
+    }
+    entries.sort_unstable_by(|a, b| utf16_cmp(a.0, b.0));
+    out.push('{');
+    for (index, (key, member)) in entries.into_iter().enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        write_string(out, key);
+        out.push(':');
+        match member {
+            Member::Value(item) => write_canonical(out, item),
+            Member::Text(text) => write_string(out, text),
+        }
+    }
+    out.push('}');
 }
 
+enum Member<'a> {
+    Value(&'a Value),
+    Text(&'a str),
+}
+
+/// The minimal JSON escapes JCS requires (as serde_json writes them): `"`, `\\`, and controls (short forms
+/// where they exist, otherwise lowercase \u00xx); everything else as UTF-8, copied a run at a time.
+fn write_string(out: &mut String, text: &str) {
+    out.push('"');
+    let mut plain = 0;
+    for (index, byte) in text.bytes().enumerate() {
+        let escape = match byte {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&text[plain..index]);
+        if escape.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0xf)]));
+        } else {
+            out.push_str(escape);
+        }
+        plain = index + 1;
+    }
+    out.push_str(&text[plain..]);
+    out.push('"');
+}
+
+/// JCS orders keys by UTF-16 code units; for ASCII keys (nearly all) that is byte order.
 fn utf16_cmp(a: &str, b: &str) -> Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        return a.as_bytes().cmp(b.as_bytes());
+    }
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
@@ -70,13 +117,14 @@ fn utf16_cmp(a: &str, b: &str) -> Ordering {
 pub fn tools_hash(tools: &[NormalTool]) -> String {
     let mut hasher = Sha256::new();
     hasher.update(b"[");
+    let mut text = String::new();
     for (index, tool) in tools.iter().enumerate() {
         if index > 0 {
             hasher.update(b",");
         }
-        let mut object = tool.definition.clone();
-        object.insert("name".into(), Value::String(tool.name.clone()));
-        hasher.update(canonical_json(&Value::Object(object)).as_bytes());
+        text.clear();
+        write_object(&mut text, &tool.definition, Some(("name", &tool.name)));
+        hasher.update(text.as_bytes());
     }
     hasher.update(b"]");
     hex::encode(hasher.finalize())
@@ -84,7 +132,9 @@ pub fn tools_hash(tools: &[NormalTool]) -> String {
 
 /// Hash of everything but the name: equal for a tool that was only renamed.
 pub fn definition_hash(tool: &NormalTool) -> String {
-    hex::encode(Sha256::digest(canonical_json(&Value::Object(tool.definition.clone())).as_bytes()))
+    let mut text = String::new();
+    write_object(&mut text, &tool.definition, None);
+    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 /// `schema_hash` of a declared tool list.
@@ -111,6 +161,9 @@ mod tests {
         check(json!(-0.0), "0");
         check(json!(123456789012345678u64), "123456789012345680");
         check(json!("\u{7f}é\n\u{1}"), "\"\u{7f}é\\n\\u0001\"");
+        // Every escape as serde_json writes it (JCS's minimal escapes), around runs of plain text.
+        let every: String = (0u8..0x80).map(char::from).chain("é\u{1f600}\u{e000}".chars()).collect();
+        check(json!(every.clone()), &Value::String(every).to_string());
         check(json!({"b": 1, "a": [true, null], "": {}}), r#"{"":{},"a":[true,null],"b":1}"#);
         // U+E000 sorts after U+1F600 in UTF-8 but before it in UTF-16 (a surrogate pair starts 0xD83D).
         check(json!({"\u{e000}": 1, "\u{1f600}": 2}), "{\"\u{1f600}\":2,\"\u{e000}\":1}");
