@@ -76,16 +76,20 @@ pub fn layout_free(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut blank_run = false;
     for line in text.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.is_empty() {
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else {
             blank_run = !out.is_empty();
             continue;
-        }
+        };
         if !out.is_empty() {
             out.push_str(if blank_run { "\n\n" } else { "\n" });
         }
         blank_run = false;
-        out.push_str(&words.join(" "));
+        out.push_str(first);
+        for word in words {
+            out.push(' ');
+            out.push_str(word);
+        }
     }
     out
 }
@@ -152,8 +156,23 @@ pub const SCHEMA_LIST_KEYWORDS: &[&str] = &["anyOf", "oneOf", "allOf", "prefixIt
 /// A tool's input or output schema: local references expanded (their definitions dropped once every
 /// reference was followed), then every schema inside normalised.
 pub fn normalize_root_schema(schema: &Value) -> Value {
+    // Most schemas hold no reference: expanding them would only copy them (and follow nothing, so every
+    // reference is followed and definitions say nothing).
+    if !mentions_ref(schema) {
+        return normalize(schema, true);
+    }
     let inlined = inline_local_refs(schema);
     normalize(&inlined.schema, inlined.complete)
+}
+
+/// Whether a `$ref` key appears anywhere (also where it is no keyword: a property named `$ref` only
+/// costs the fast path).
+fn mentions_ref(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.contains_key("$ref") || map.values().any(mentions_ref),
+        Value::Array(items) => items.iter().any(mentions_ref),
+        _ => false,
+    }
 }
 
 /// Normalises a schema that holds no references (or whose references stay as written).
