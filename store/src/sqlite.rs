@@ -48,6 +48,10 @@ impl SqliteStore {
         writer.pragma_update(None, "journal_mode", "WAL")?;
         writer.pragma_update(None, "synchronous", "FULL")?;
         writer.busy_timeout(Duration::from_secs(5))?;
+        // Checkpoints every 10,000 pages instead of 1,000: the index pages every batch touches (calls and
+        // identities are keyed by hashes) are copied back once per checkpoint, not ten times (detector on
+        // a 670,000-span backlog: ≈13,700 → ≈15,300 spans/s). The WAL grows to ≈40 MB between them.
+        writer.pragma_update(None, "wal_autocheckpoint", 10_000)?;
         migrate(&writer)?;
         let reader = Connection::open(path)?;
         reader.busy_timeout(Duration::from_secs(5))?;
