@@ -721,6 +721,16 @@ fn tool_names_with_slashes_stay_apart() {
         assert!(body.to_string().contains("invalid tool name"), "{body}");
     }
     assert_eq!(client.get("/api/tools/srv/%2E%2E/shape").0, 400);
+    // The contract and timeline routes read the same names: `repo/list` apart from `repo`, `..` refused.
+    let (status, contract) = client.get("/api/tools/srv/repo%2Flist/contract");
+    assert_eq!((status, &contract["tool"], &contract["contract"]), (200, &json!("repo/list"), &Value::Null));
+    let (status, timeline) = client.get("/api/tools/srv/repo%2Flist/timeline?hours=24");
+    assert_eq!((status, &timeline["tool"]), (200, &json!("repo/list")), "{timeline}");
+    for route in ["contract", "timeline"] {
+        assert_eq!(client.get(&format!("/api/tools/srv/%2E%2E/{route}")).0, 400, "{route}");
+        assert_eq!(client.get(&format!("/api/tools/..%2Fx/repo/{route}")).0, 400, "{route}");
+    }
+    assert_eq!(client.get("/api/health/servers/%2E%2E/timeline").0, 400);
 }
 
 /// Slow and idle clients cannot hold the server (server.header_read_timeout_seconds, idle_timeout_seconds,

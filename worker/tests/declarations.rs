@@ -85,16 +85,25 @@ async fn drain<C: driftline_bus::Consumer>(worker: &mut Worker<C>) {
     }
 }
 
+/// A worker over `bus` and `store` that publishes its declarations to `recorder`.
+async fn start_worker(
+    bus: &SqliteBus,
+    store: &Arc<SqliteStore>,
+    recorder: &Arc<Recorder>,
+) -> Worker<impl driftline_bus::Consumer> {
+    Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default())
+        .await
+        .expect("worker")
+        .with_declarations(recorder.clone())
+}
+
 #[tokio::test]
 async fn one_declaration_per_changed_tool_and_none_for_a_list_already_held() {
     let dir = dir("changes");
     let bus = SqliteBus::open(&dir.join("bus.db"), || 0).expect("bus");
     let store = Arc::new(SqliteStore::open(&dir.join("store.db")).expect("store"));
     let recorder = Arc::new(Recorder::default());
-    let mut worker = Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default())
-        .await
-        .expect("worker")
-        .with_declarations(recorder.clone());
+    let mut worker = start_worker(&bus, &store, &recorder).await;
 
     bus.publish(vec![list(v1())]).await.expect("publish");
     drain(&mut worker).await;
@@ -143,10 +152,7 @@ async fn state_stored_before_declarations_publishes_them_once() {
     let bus = SqliteBus::open(&dir.join("bus.db"), || 0).expect("bus");
     let store = Arc::new(SqliteStore::open(&dir.join("store.db")).expect("store"));
     let recorder = Arc::new(Recorder::default());
-    let mut worker = Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default())
-        .await
-        .expect("worker")
-        .with_declarations(recorder.clone());
+    let mut worker = start_worker(&bus, &store, &recorder).await;
     bus.publish(vec![list(v1())]).await.expect("publish");
     drain(&mut worker).await;
     assert_eq!(recorder.take().len(), 2);
@@ -159,10 +165,7 @@ async fn state_stored_before_declarations_publishes_them_once() {
     state.state = json.to_string();
     store.apply(Batch { states: vec![state], ..Batch::default() }).await.expect("store the old state");
 
-    let mut worker = Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default())
-        .await
-        .expect("worker")
-        .with_declarations(recorder.clone());
+    let mut worker = start_worker(&bus, &store, &recorder).await;
     bus.publish(vec![list(v1())]).await.expect("publish");
     drain(&mut worker).await;
     let keys: Vec<String> = recorder.take().into_iter().map(|(k, _, _)| k).collect();
