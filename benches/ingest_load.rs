@@ -25,11 +25,16 @@ fn new_agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).build().into()
 }
 
+/// Now (RFC 3339): calls count when they were made.
+fn started_at() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 fn spans(prefix: &str, tool: &str, n: usize) -> Vec<Value> {
     (0..n)
         .map(|i| {
             json!({"span_id": format!("{prefix}-{i}"), "session_id": format!("s{}", i % 7), "agent_name": "load",
-                "server": "load-mcp", "tool": tool, "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 12.5,
+                "server": "load-mcp", "tool": tool, "started_at": started_at(), "duration_ms": 12.5,
                 "status": "success", "return_value": {"id": i, "title": "a result", "tags": ["x", "y"], "score": 0.5}})
         })
         .collect()

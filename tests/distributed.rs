@@ -26,7 +26,7 @@ fn environment(name: &str) -> Vec<(String, String)> {
 fn tool_span(server: &str, tool: usize, i: usize, value: serde_json::Value) -> serde_json::Value {
     serde_json::json!({"project": "default", "span_id": format!("{server}-t{tool}-{i}"), "session_id": "s",
         "agent_name": "gateway", "server": server, "tool": format!("t{tool}"),
-        "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 3, "status": "success", "return_value": value})
+        "started_at": support::recent(), "duration_ms": 3, "status": "success", "return_value": value})
 }
 
 /// Twelve calls through ingest to each of the tools `t0..t<tools>` of `server` (each tool's baseline shape),
@@ -268,7 +268,7 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     };
     let span = |i: usize, value: serde_json::Value| {
         json!({"project": "default", "span_id": format!("x{i}"), "session_id": "s", "agent_name": "gateway",
-            "server": "ext", "tool": "lookup", "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 3,
+            "server": "ext", "tool": "lookup", "started_at": support::recent(), "duration_ms": 3,
             "status": "success", "return_value": value})
         .to_string()
     };
@@ -432,7 +432,7 @@ fn fleet_part(client: &support::Client, part: usize) {
                     if changed { json!({"id": "x", "items": []}) } else { json!({"id": i, "ok": true}) };
                 spans.push(json!({"span_id": format!("p{part}-s{s}-t{t}-{i}"), "session_id": format!("sess{}", i % 3),
                     "agent_name": format!("agent{}", t % 2), "server": format!("s{s}"), "tool": format!("t{t}"),
-                    "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 5, "status": "success",
+                    "started_at": support::recent(), "duration_ms": 5, "status": "success",
                     "return_value": value}));
             }
         }

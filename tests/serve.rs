@@ -98,6 +98,8 @@ fn timelines_bucket_calls_by_when_they_were_made() {
         ("hours=720&bucket=60", "1440 buckets"),
         ("bucket=5x", "bucket"),
         ("bucket=10", "60 s to 30 days"),
+        ("bucket=90s", "whole minutes"),
+        ("hours=72&bucket=30m", "whole hours"),
     ] {
         let (status, body) = client.get(&format!("/api/tools/srv/lookup/timeline?{query}"));
         assert_eq!(status, 400, "{query}: {body}");

@@ -8,6 +8,7 @@ use axum::http::HeaderMap;
 #[allow(unused_imports)] // named in the OpenAPI annotations
 use driftline_schemas::api::{ContractReport, ErrorBody, Timeline, TimelineMarker};
 use driftline_schemas::{SignalKind, Timestamp};
+use driftline_store::rollup::MINUTE_WINDOW_HOURS;
 use driftline_store::BucketQuery;
 
 use driftline_http::{server_name, tool_name, ApiError, Params, Scope};
@@ -66,7 +67,7 @@ pub(crate) async fn tool_contract(
 #[utoipa::path(get, path = "/api/tools/{server}/{tool}/timeline", tag = "tools",
     params(("server" = String, Path, description = "Server name"), ("tool" = String, Path, description = "Tool name"),
         ("hours" = Option<u32>, Query, description = "1-720, default 24"),
-        ("bucket" = Option<String>, Query, description = "Bucket size: seconds (`300`) or `5m`, `1h`, `1d`; 60 s to 30 d, at most 1440 buckets; default: at most 60 buckets")),
+        ("bucket" = Option<String>, Query, description = "Bucket size in whole minutes: seconds (`300`) or `5m`, `1h`, `1d`; 60 s to 30 d, at most 1440 buckets, under whole hours only for up to 48 hours; default: at most 60 buckets")),
     responses((status = 200, description = "Calls, errors, latency and shape share per bucket, with drift markers", body = Timeline),
         (status = 400, body = ErrorBody)))]
 pub(crate) async fn tool_timeline(
@@ -117,6 +118,12 @@ async fn timeline(
     if span_ms / bucket_ms > MAX_BUCKETS {
         return Err(ApiError::bad_request(format!(
             "{hours} hours in buckets of {bucket_s} s would be more than {MAX_BUCKETS} buckets: use a larger bucket"
+        )));
+    }
+    // Buckets that are not whole hours are read from minute rollups, which cover the last two days.
+    if bucket_s % 3600 != 0 && hours > MINUTE_WINDOW_HOURS {
+        return Err(ApiError::bad_request(format!(
+            "buckets that are not whole hours cover at most {MINUTE_WINDOW_HOURS} hours, not {hours}: use 1h or more"
         )));
     }
     // Buckets are aligned to their size, so the same call always falls in the same bucket; the first and
@@ -186,7 +193,7 @@ async fn timeline(
     })
 }
 
-/// `300`, `90s`, `5m`, `1h`, `1d` → seconds, 60 s to 30 days.
+/// `300`, `120s`, `5m`, `1h`, `1d` → seconds: whole minutes (what rollups hold), 60 s to 30 days.
 fn parse_bucket(text: &str) -> Result<i64, ApiError> {
     let bad = || {
         let shown: String = text.chars().take(40).collect();
@@ -210,6 +217,9 @@ fn parse_bucket(text: &str) -> Result<i64, ApiError> {
     if !(60..=30 * 86_400).contains(&seconds) {
         return Err(ApiError::bad_request(format!("bucket must be 60 s to 30 days, not {seconds} s")));
     }
+    if seconds % 60 != 0 {
+        return Err(ApiError::bad_request(format!("bucket must be whole minutes, not {seconds} s")));
+    }
     Ok(seconds)
 }
 
@@ -219,10 +229,10 @@ mod tests {
 
     #[test]
     fn bucket_sizes() {
-        for (text, seconds) in [("300", 300), ("5m", 300), ("1h", 3600), ("1d", 86_400), ("90s", 90)] {
+        for (text, seconds) in [("300", 300), ("5m", 300), ("1h", 3600), ("1d", 86_400), ("120s", 120)] {
             assert_eq!(parse_bucket(text).ok(), Some(seconds), "{text}");
         }
-        for text in ["", "5x", "m", "-5m", "59", "31d", "99999999999999999999h"] {
+        for text in ["", "5x", "m", "-5m", "59", "90s", "31d", "99999999999999999999h"] {
             assert!(parse_bucket(text).is_err(), "{text}");
         }
     }

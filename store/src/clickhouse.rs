@@ -19,6 +19,7 @@ use driftline_schemas::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::rollup::{self, Rollup, RollupKey};
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
 use crate::{
     Batch, BucketQuery, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume,
@@ -30,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/clickhouse/0001_init.sql"),
     include_str!("../../schemas/clickhouse/0002_call_identities.sql"),
     include_str!("../../schemas/clickhouse/0003_notifications.sql"),
+    include_str!("../../schemas/clickhouse/0004_rollups.sql"),
 ];
 const CONSUMER: &str = "detectors";
 const POSITION: &str = "position";
@@ -296,6 +298,195 @@ struct StateRow {
     state: String,
 }
 
+#[derive(Row, Serialize, Deserialize)]
+struct ToolRollupRow {
+    project: String,
+    server: String,
+    tool: String,
+    bucket_seconds: u32,
+    bucket_ms: i64,
+    through_partition: u32,
+    through_offset: u64,
+    calls: u64,
+    errors: u64,
+    duration_sum: f64,
+    last_call_ms: i64,
+    fingerprinted: u64,
+    oversized: u64,
+    truncated_sentinel: u64,
+    unparseable: u64,
+    too_deep: u64,
+    absent: u64,
+    not_success: u64,
+    #[serde(with = "serde_bytes")]
+    latency: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    shapes: Vec<u8>,
+}
+
+#[derive(Row, Serialize, Deserialize)]
+struct AgentRollupRow {
+    project: String,
+    server: String,
+    tool: String,
+    bucket_seconds: u32,
+    bucket_ms: i64,
+    agent: String,
+    through_partition: u32,
+    through_offset: u64,
+    calls: u64,
+    errors: u64,
+    duration_sum: f64,
+    last_call_ms: i64,
+    #[serde(with = "serde_bytes")]
+    sessions: Vec<u8>,
+}
+
+/// An agent row as drift impact reads it.
+#[derive(Row, Deserialize)]
+struct AgentWindowRow {
+    agent: String,
+    calls: u64,
+    errors: u64,
+    duration_sum: f64,
+    last_call_ms: i64,
+    #[serde(with = "serde_bytes")]
+    sessions: Vec<u8>,
+}
+
+/// A tool row as a timeline reads it.
+#[derive(Row, Deserialize)]
+struct BucketDbRow {
+    bucket_ms: i64,
+    calls: u64,
+    errors: u64,
+    #[serde(with = "serde_bytes")]
+    latency: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    shapes: Vec<u8>,
+}
+
+/// Splits rollup rows by table.
+fn rollup_rows(rows: &[Rollup]) -> (Vec<ToolRollupRow>, Vec<AgentRollupRow>) {
+    let (mut tools, mut agents) = (Vec::new(), Vec::new());
+    for row in rows {
+        let Some(through) = row.through else { continue };
+        let key = &row.key;
+        let bucket_seconds = (key.granularity_ms / 1000) as u32;
+        match &key.agent {
+            None => {
+                let [fingerprinted, oversized, truncated_sentinel, unparseable, too_deep, absent, not_success] =
+                    row.outcomes;
+                tools.push(ToolRollupRow {
+                    project: key.project.clone(),
+                    server: key.server.clone(),
+                    tool: key.tool.clone(),
+                    bucket_seconds,
+                    bucket_ms: key.bucket_ms,
+                    through_partition: through.partition,
+                    through_offset: through.offset,
+                    calls: row.calls,
+                    errors: row.errors,
+                    duration_sum: row.duration_sum_ms,
+                    last_call_ms: row.last_call_ms,
+                    fingerprinted,
+                    oversized,
+                    truncated_sentinel,
+                    unparseable,
+                    too_deep,
+                    absent,
+                    not_success,
+                    latency: row.latency.encode(),
+                    shapes: row.shapes.encode(),
+                });
+            }
+            Some(agent) => agents.push(AgentRollupRow {
+                project: key.project.clone(),
+                server: key.server.clone(),
+                tool: key.tool.clone(),
+                bucket_seconds,
+                bucket_ms: key.bucket_ms,
+                agent: agent.clone(),
+                through_partition: through.partition,
+                through_offset: through.offset,
+                calls: row.calls,
+                errors: row.errors,
+                duration_sum: row.duration_sum_ms,
+                last_call_ms: row.last_call_ms,
+                sessions: row.sessions.encode(),
+            }),
+        }
+    }
+    (tools, agents)
+}
+
+impl ToolRollupRow {
+    fn into_rollup(self) -> Result<Rollup, StoreError> {
+        Ok(Rollup {
+            key: RollupKey {
+                project: self.project,
+                server: self.server,
+                tool: self.tool,
+                agent: None,
+                granularity_ms: i64::from(self.bucket_seconds) * 1000,
+                bucket_ms: self.bucket_ms,
+            },
+            through: Some(InputPosition { partition: self.through_partition, offset: self.through_offset }),
+            calls: self.calls,
+            errors: self.errors,
+            duration_sum_ms: self.duration_sum,
+            last_call_ms: self.last_call_ms,
+            outcomes: [
+                self.fingerprinted,
+                self.oversized,
+                self.truncated_sentinel,
+                self.unparseable,
+                self.too_deep,
+                self.absent,
+                self.not_success,
+            ],
+            latency: rollup::LatencySketch::decode(&self.latency)?,
+            shapes: rollup::ShapeCounts::decode(&self.shapes)?,
+            sessions: rollup::SessionSketch::default(),
+        })
+    }
+}
+
+impl AgentRollupRow {
+    fn into_rollup(self) -> Result<Rollup, StoreError> {
+        Ok(Rollup {
+            key: RollupKey {
+                project: self.project,
+                server: self.server,
+                tool: self.tool,
+                agent: Some(self.agent),
+                granularity_ms: i64::from(self.bucket_seconds) * 1000,
+                bucket_ms: self.bucket_ms,
+            },
+            through: Some(InputPosition { partition: self.through_partition, offset: self.through_offset }),
+            calls: self.calls,
+            errors: self.errors,
+            duration_sum_ms: self.duration_sum,
+            last_call_ms: self.last_call_ms,
+            sessions: rollup::SessionSketch::decode(&self.sessions)?,
+            ..Default::default()
+        })
+    }
+}
+
+/// The tool rows of a window (minute rows at its start, hour rows after); see [`bind_window`].
+const TOOL_WINDOW: &str = "FROM tool_rollups FINAL WHERE project = ?
+    AND ((bucket_seconds = 3600 AND bucket_ms >= ?) OR (bucket_seconds = 60 AND bucket_ms >= ? AND bucket_ms < ?))";
+
+/// Binds a project and the window's bounds to a query of [`TOOL_WINDOW`]'s rows.
+fn bind_window(
+    query: clickhouse::query::Query,
+    project: &str,
+    window: rollup::Window,
+) -> clickhouse::query::Query {
+    query.bind(project).bind(window.hours_from_ms).bind(window.from_ms).bind(window.hours_from_ms)
+}
+
 /// Keeps the last of several rows with the same key (a batch may update a server or tool more than once;
 /// rows of one insert have no defined order among equal sort keys).
 fn last_per_key<T, K: Ord>(rows: Vec<T>, key: impl Fn(&T) -> K) -> Vec<T> {
@@ -515,7 +706,7 @@ impl DetectorStore for ClickHouseStore {
         let calls = batch
             .calls
             .iter()
-            .map(|(id, call)| {
+            .map(|(id, _, call)| {
                 Ok(CallRow {
                     project: call.project.to_string(),
                     server: call.server.to_string(),
@@ -561,6 +752,11 @@ impl DetectorStore for ClickHouseStore {
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
         self.insert("notifications", &notifications).await?;
+        // Rollup rows are whole values: a row stored by a batch that crashed before its positions is
+        // replaced by the same row, and its calls are skipped when replayed (see `rollup`).
+        let (tool_rollups, agent_rollups) = rollup_rows(&batch.rollups);
+        self.insert("tool_rollups", &tool_rollups).await?;
+        self.insert("agent_rollups", &agent_rollups).await?;
         // The calls come after every other output: a reader that sees a batch's calls sees all of it.
         self.insert("tool_calls", &calls).await?;
 
@@ -585,6 +781,67 @@ impl DetectorStore for ClickHouseStore {
         }));
         let state = last_per_key(state, |s| (s.kind.clone(), s.key.clone()));
         self.insert("detector_state", &state).await
+    }
+
+    async fn rollups(&self, keys: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
+        let mut rows = Vec::new();
+        let (tools, agents): (Vec<&RollupKey>, Vec<&RollupKey>) =
+            keys.iter().partition(|k| k.agent.is_none());
+        for chunk in tools.chunks(1000) {
+            let wanted: Vec<(&str, &str, &str, u32, i64)> = chunk
+                .iter()
+                .map(|k| {
+                    (
+                        k.project.as_str(),
+                        k.server.as_str(),
+                        k.tool.as_str(),
+                        (k.granularity_ms / 1000) as u32,
+                        k.bucket_ms,
+                    )
+                })
+                .collect();
+            let found: Vec<ToolRollupRow> = self
+                .client
+                .query(
+                    "SELECT ?fields FROM tool_rollups FINAL
+                     WHERE (project, server, tool, bucket_seconds, bucket_ms) IN ?",
+                )
+                .bind(wanted)
+                .fetch_all()
+                .await?;
+            for row in found {
+                rows.push(row.into_rollup()?);
+            }
+        }
+        for chunk in agents.chunks(1000) {
+            let wanted: Vec<(&str, &str, &str, u32, i64, &str)> = chunk
+                .iter()
+                .map(|k| {
+                    let agent = k.agent.as_deref().unwrap_or_default();
+                    (
+                        k.project.as_str(),
+                        k.server.as_str(),
+                        k.tool.as_str(),
+                        (k.granularity_ms / 1000) as u32,
+                        k.bucket_ms,
+                        agent,
+                    )
+                })
+                .collect();
+            let found: Vec<AgentRollupRow> = self
+                .client
+                .query(
+                    "SELECT ?fields FROM agent_rollups FINAL
+                     WHERE (project, server, tool, bucket_seconds, bucket_ms, agent) IN ?",
+                )
+                .bind(wanted)
+                .fetch_all()
+                .await?;
+            for row in found {
+                rows.push(row.into_rollup()?);
+            }
+        }
+        Ok(rows)
     }
 
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
@@ -753,31 +1010,34 @@ impl QueryStore for ClickHouseStore {
             .bind(query.server)
             .fetch_all()
             .await?;
-        let from = since(query.now, query.hours);
-        let window = "FROM tool_calls FINAL WHERE project = ? AND server = ? AND tool = ?
-                      AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))";
-        let agents: Vec<views::AgentStats> = self
+        let window = rollup::window(ms(query.now), query.hours);
+        let rows: Vec<AgentWindowRow> = self
             .client
-            .query(&format!(
-                "SELECT ifNull(agent_name, 'unknown') AS agent, uniqExact(session_id), count() AS calls,
-                        countIf(status = 'error'), avg(duration_ms), toInt64(toUnixTimestamp64Milli(max(ingested_at)))
-                 {window} GROUP BY agent ORDER BY calls DESC, agent"
-            ))
+            .query(
+                "SELECT agent, calls, errors, duration_sum, last_call_ms, sessions FROM agent_rollups FINAL
+                 WHERE project = ? AND server = ? AND tool = ?
+                   AND ((bucket_seconds = 3600 AND bucket_ms >= ?) OR (bucket_seconds = 60 AND bucket_ms >= ? AND bucket_ms < ?))",
+            )
             .bind(query.project)
             .bind(query.server)
             .bind(query.tool)
-            .bind(from)
+            .bind(window.hours_from_ms)
+            .bind(window.from_ms)
+            .bind(window.hours_from_ms)
             .fetch_all()
             .await?;
-        let total_sessions: u64 = self
-            .client
-            .query(&format!("SELECT uniqExact(session_id) {window}"))
-            .bind(query.project)
-            .bind(query.server)
-            .bind(query.tool)
-            .bind(from)
-            .fetch_one()
-            .await?;
+        let rows = rows
+            .into_iter()
+            .map(|row| rollup::AgentRow {
+                agent: row.agent,
+                calls: row.calls,
+                errors: row.errors,
+                duration_sum_ms: row.duration_sum,
+                last_call_ms: row.last_call_ms,
+                sessions: row.sessions,
+            })
+            .collect();
+        let (agents, total_sessions) = rollup::agent_stats(rows)?;
         views::drift_impact(&query, events, agents, total_sessions)
     }
 
@@ -831,18 +1091,19 @@ impl QueryStore for ClickHouseStore {
         for (server, tool, json) in shape_rows {
             shapes.insert((server, tool), views::shape_status(&json)?);
         }
-        let calls: Vec<views::CallStats> = self
-            .client
-            .query(
-                "SELECT server, tool, count(), countIf(status = 'error'), avg(duration_ms),
-                        toInt64(toUnixTimestamp64Milli(max(ingested_at)))
-                 FROM tool_calls FINAL WHERE project = ? AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))
-                 GROUP BY server, tool ORDER BY server, tool",
-            )
-            .bind(project)
-            .bind(since(now, hours))
-            .fetch_all()
-            .await?;
+        let window = rollup::window(ms(now), hours);
+        let select = self.client.query(&format!(
+            "SELECT toString(server), toString(tool), sum(calls), sum(errors), sum(duration_sum), max(last_call_ms)
+             {TOOL_WINDOW} GROUP BY server, tool ORDER BY server, tool"
+        ));
+        let sums: Vec<(String, String, u64, u64, f64, i64)> =
+            bind_window(select, project, window).fetch_all().await?;
+        let calls: Vec<views::CallStats> = sums
+            .into_iter()
+            .map(|(server, tool, calls, errors, duration_sum, last)| {
+                (server, tool, calls, errors, duration_sum / calls.max(1) as f64, last)
+            })
+            .collect();
         views::tool_summaries(&declared.into_iter().collect(), shapes, calls)
     }
 
@@ -900,70 +1161,56 @@ impl QueryStore for ClickHouseStore {
         hours: u32,
         now: Timestamp,
     ) -> Result<ReturnValueStats, StoreError> {
-        let rows: Vec<(String, String, String, String, u64)> = self
-            .client
-            .query(
-                "SELECT toString(server), toString(tool), toString(status), toString(shape_outcome), count()
-                 FROM tool_calls FINAL WHERE project = ? AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))
-                 GROUP BY server, tool, status, shape_outcome",
-            )
-            .bind(project)
-            .bind(since(now, hours))
-            .fetch_all()
-            .await?;
+        let window = rollup::window(ms(now), hours);
+        type Sums = (String, String, u64, u64, u64, u64, u64, u64, u64);
+        let select = self.client.query(&format!(
+            "SELECT toString(server), toString(tool), sum(fingerprinted), sum(oversized), sum(truncated_sentinel),
+                    sum(unparseable), sum(too_deep), sum(absent), sum(not_success)
+             {TOOL_WINDOW} GROUP BY server, tool"
+        ));
+        let sums: Vec<Sums> = bind_window(select, project, window).fetch_all().await?;
+        let rows = sums
+            .into_iter()
+            .flat_map(|(server, tool, a, b, c, d, e, f, g)| {
+                rollup::outcome_rows(&server, &tool, [a, b, c, d, e, f, g])
+            })
+            .collect();
         Ok(views::return_value_stats(hours, rows))
     }
 
     async fn call_buckets(&self, query: BucketQuery<'_>) -> Result<Vec<CallBucket>, StoreError> {
-        // Aggregated in the query; the bucket count is bounded by the API. Nearest-rank percentiles from the
-        // sorted durations of each bucket, as the SQLite store picks them.
+        let granularity = rollup::timeline_granularity(ms(query.from), query.bucket_ms).ok_or_else(|| {
+            StoreError::Query(format!("buckets of {} ms are not whole minutes", query.bucket_ms))
+        })?;
         let tool_filter = if query.tool.is_some() { "AND tool = ?" } else { "" };
-        let scope = format!(
-            "FROM tool_calls FINAL WHERE project = ? AND server = ? {tool_filter}
-               AND started_at >= fromUnixTimestamp64Milli(toInt64(?)) AND started_at < fromUnixTimestamp64Milli(toInt64(?))"
-        );
-        let bind = |mut q: clickhouse::query::Query| {
-            q = q.bind(ms(query.from)).bind(query.bucket_ms).bind(query.project).bind(query.server);
-            if let Some(tool) = query.tool {
-                q = q.bind(tool);
-            }
-            q.bind(ms(query.from)).bind(ms(query.to))
-        };
-        let rows: Vec<(i64, u64, u64, u64, f64, f64)> = bind(self.client.query(&format!(
-            "SELECT toInt64(intDiv(toUnixTimestamp64Milli(started_at) - toInt64(?), toInt64(?))) AS k, count(),
-                    countIf(status = 'error'), countIf(shape_outcome = 'fingerprinted' AND shape_hash IS NOT NULL),
-                    arrayElement(arraySort(groupArray(duration_ms)), toUInt64(greatest(1, ceil(0.5 * count())))),
-                    arrayElement(arraySort(groupArray(duration_ms)), toUInt64(greatest(1, ceil(0.95 * count()))))
-             {scope} GROUP BY k"
-        )))
-        .fetch_all()
-        .await?;
-        let mut aggregates: BTreeMap<i64, views::BucketAggregate> = rows
+        let mut select = self
+            .client
+            .query(&format!(
+                "SELECT bucket_ms, calls, errors, latency, shapes FROM tool_rollups FINAL
+                 WHERE project = ? AND server = ? {tool_filter} AND bucket_seconds = ? AND bucket_ms >= ? AND bucket_ms < ?"
+            ))
+            .bind(query.project)
+            .bind(query.server);
+        if let Some(tool) = query.tool {
+            select = select.bind(tool);
+        }
+        let rows: Vec<BucketDbRow> = select
+            .bind((granularity / 1000) as u32)
+            .bind(ms(query.from))
+            .bind(ms(query.to))
+            .fetch_all()
+            .await?;
+        let rows = rows
             .into_iter()
-            .map(|(index, calls, errors, fingerprinted, p50, p95)| {
-                let aggregate = views::BucketAggregate {
-                    calls,
-                    errors,
-                    fingerprinted,
-                    dominant: 0,
-                    p50_ms: Some(p50),
-                    p95_ms: Some(p95),
-                };
-                (index, aggregate)
+            .map(|row| rollup::BucketRow {
+                bucket_ms: row.bucket_ms,
+                calls: row.calls,
+                errors: row.errors,
+                latency: row.latency,
+                shapes: row.shapes,
             })
             .collect();
-        let dominant: Vec<(i64, u64)> = bind(self.client.query(&format!(
-            "SELECT k, max(n) FROM (
-                 SELECT toInt64(intDiv(toUnixTimestamp64Milli(started_at) - toInt64(?), toInt64(?))) AS k, count() AS n
-                 {scope} AND shape_outcome = 'fingerprinted' AND shape_hash IS NOT NULL GROUP BY k, shape_hash)
-             GROUP BY k"
-        )))
-        .fetch_all()
-        .await?;
-        for (index, n) in dominant {
-            aggregates.entry(index).or_default().dominant = n;
-        }
-        views::call_buckets(&query, aggregates)
+        views::call_buckets(&query, rollup::bucket_aggregates(ms(query.from), query.bucket_ms, rows)?)
     }
 
     async fn signals(

@@ -5,6 +5,7 @@
 //! resumes exactly after the last stored position and queries never see an event twice.
 
 mod clickhouse;
+pub mod rollup;
 mod sqlite;
 mod views;
 
@@ -37,6 +38,14 @@ pub enum StoreError {
     Unavailable(String),
     #[error("clickhouse refused: {0}")]
     ClickHouse(String),
+    #[error("the store cannot answer this query: {0}")]
+    Query(String),
+}
+
+impl From<rollup::SketchError> for StoreError {
+    fn from(err: rollup::SketchError) -> Self {
+        StoreError::Corrupt(err.to_string())
+    }
 }
 
 impl From<serde_json::Error> for StoreError {
@@ -87,8 +96,10 @@ pub struct Batch {
     pub servers: Vec<ServerRow>,
     /// A snapshot's tools replace the server's rows: (project, server, captured_at, tools).
     pub tool_lists: Vec<(String, String, Timestamp, String, Vec<Value>)>,
-    /// (id, record).
-    pub calls: Vec<(String, ToolCallRecord)>,
+    /// (id, the input record it came from, record).
+    pub calls: Vec<(String, InputPosition, ToolCallRecord)>,
+    /// Rollup rows the calls changed, whole (they replace what the store holds).
+    pub rollups: Vec<rollup::Rollup>,
     /// The identity of every call stored, with the input record it came from and when it was ingested.
     pub call_identities: Vec<(String, InputPosition, Timestamp)>,
     pub signals: Vec<ShapeDriftSignal>,
@@ -156,7 +167,8 @@ pub struct ImpactQuery<'a> {
 }
 
 /// Parameters of a timeline: calls of one tool (or every tool of a server) started in `[from, to)`, in
-/// buckets of `bucket_ms` aligned to `from`.
+/// buckets of `bucket_ms` aligned to `from`. Both are whole minutes (read from minute rollups), or whole
+/// hours (hour rollups); anything else is [`StoreError::Query`].
 #[derive(Debug, Clone, Copy)]
 pub struct BucketQuery<'a> {
     pub project: &'a str,
@@ -185,6 +197,8 @@ impl BucketQuery<'_> {
 pub trait DetectorStore: Send + Sync {
     async fn apply(&self, batch: Batch) -> Result<(), StoreError>;
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError>;
+    /// The rollup rows of these keys that the store holds (the others have no call yet).
+    async fn rollups(&self, keys: &[rollup::RollupKey]) -> Result<Vec<rollup::Rollup>, StoreError>;
     /// Which of these call identities are stored (ingested at or after `since`), with the input record
     /// each came from. The identities are hashes that include the project (`ToolCallRecord::identity`).
     async fn stored_calls(

@@ -1,7 +1,7 @@
 //! The embedded store: SQLite (bundled), WAL, versioned migrations from `schemas/sqlite/`. One writer
 //! connection (the worker) and one reader connection (the API), so queries never wait on a write.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +17,8 @@ use driftline_schemas::{
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
-use crate::views::{self, ms, name, parse_name, since, text, timestamp};
+use crate::rollup::{self, Rollup, RollupKey};
+use crate::views::{self, ms, name, parse_name, text, timestamp};
 use crate::{
     Batch, BucketQuery, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume,
     StoreError, Streams,
@@ -32,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0005_call_identities.sql"),
     include_str!("../../schemas/sqlite/0006_notifications.sql"),
     include_str!("../../schemas/sqlite/0007_calls_by_start.sql"),
+    include_str!("../../schemas/sqlite/0008_rollups.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -222,7 +224,8 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
             params![identity, position.partition, position.offset as i64, ms(*ingested_at)],
         )?;
     }
-    for (id, call) in &batch.calls {
+    write_rollups(transaction, &batch.rollups)?;
+    for (id, _, call) in &batch.calls {
         transaction.execute(
             "INSERT OR IGNORE INTO tool_calls (id, project, server, tool, span_id, session_id, agent_name,
                  started_at, ingested_at, duration_ms, status, error, shape_outcome, shape_hash, compact_bytes)
@@ -291,6 +294,173 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
     Ok(())
 }
 
+const TOOL_ROLLUP_COLUMNS: &str = "project, server, tool, bucket_seconds, bucket_ms, through_partition,
+    through_offset, calls, errors, duration_sum, last_call_ms, fingerprinted, oversized, truncated_sentinel,
+    unparseable, too_deep, absent, not_success, latency, shapes";
+const AGENT_ROLLUP_COLUMNS: &str =
+    "project, server, tool, bucket_seconds, bucket_ms, agent, through_partition,
+    through_offset, calls, errors, duration_sum, last_call_ms, sessions";
+
+/// Rollup rows replace what the store holds (they only grow: a row with fewer calls is never written
+/// over one with more).
+fn write_rollups(transaction: &Transaction<'_>, rows: &[Rollup]) -> Result<(), StoreError> {
+    let mut tool = transaction.prepare_cached(&format!(
+        "INSERT INTO tool_rollups ({TOOL_ROLLUP_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,
+             ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
+         ON CONFLICT (project, bucket_seconds, bucket_ms, server, tool) DO UPDATE SET
+             through_partition = excluded.through_partition, through_offset = excluded.through_offset,
+             calls = excluded.calls, errors = excluded.errors, duration_sum = excluded.duration_sum,
+             last_call_ms = excluded.last_call_ms, fingerprinted = excluded.fingerprinted,
+             oversized = excluded.oversized, truncated_sentinel = excluded.truncated_sentinel,
+             unparseable = excluded.unparseable, too_deep = excluded.too_deep, absent = excluded.absent,
+             not_success = excluded.not_success, latency = excluded.latency, shapes = excluded.shapes
+         WHERE excluded.calls >= tool_rollups.calls"
+    ))?;
+    let mut agent = transaction.prepare_cached(&format!(
+        "INSERT INTO agent_rollups ({AGENT_ROLLUP_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         ON CONFLICT (project, server, tool, bucket_seconds, bucket_ms, agent) DO UPDATE SET
+             through_partition = excluded.through_partition, through_offset = excluded.through_offset,
+             calls = excluded.calls, errors = excluded.errors, duration_sum = excluded.duration_sum,
+             last_call_ms = excluded.last_call_ms, sessions = excluded.sessions
+         WHERE excluded.calls >= agent_rollups.calls"
+    ))?;
+    for row in rows {
+        let Some(through) = row.through else { continue };
+        let key = &row.key;
+        let seconds = key.granularity_ms / 1000;
+        match &key.agent {
+            None => {
+                let o = row.outcomes.map(|n| n as i64);
+                tool.execute(params![
+                    key.project,
+                    key.server,
+                    key.tool,
+                    seconds,
+                    key.bucket_ms,
+                    through.partition,
+                    through.offset as i64,
+                    row.calls as i64,
+                    row.errors as i64,
+                    row.duration_sum_ms,
+                    row.last_call_ms,
+                    o[0],
+                    o[1],
+                    o[2],
+                    o[3],
+                    o[4],
+                    o[5],
+                    o[6],
+                    row.latency.encode(),
+                    row.shapes.encode(),
+                ])?;
+            }
+            Some(name) => {
+                agent.execute(params![
+                    key.project,
+                    key.server,
+                    key.tool,
+                    seconds,
+                    key.bucket_ms,
+                    name,
+                    through.partition,
+                    through.offset as i64,
+                    row.calls as i64,
+                    row.errors as i64,
+                    row.duration_sum_ms,
+                    row.last_call_ms,
+                    row.sessions.encode(),
+                ])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The stored rows of `keys` (point lookups by primary key).
+fn read_rollups(connection: &Connection, keys: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
+    let mut tool = connection.prepare_cached(&format!(
+        "SELECT {TOOL_ROLLUP_COLUMNS} FROM tool_rollups
+         WHERE project = ?1 AND bucket_seconds = ?2 AND bucket_ms = ?3 AND server = ?4 AND tool = ?5"
+    ))?;
+    let mut agent = connection.prepare_cached(&format!(
+        "SELECT {AGENT_ROLLUP_COLUMNS} FROM agent_rollups
+         WHERE project = ?1 AND server = ?2 AND tool = ?3 AND bucket_seconds = ?4 AND bucket_ms = ?5 AND agent = ?6"
+    ))?;
+    let mut rows = Vec::new();
+    for key in keys {
+        let seconds = key.granularity_ms / 1000;
+        let found = match &key.agent {
+            None => tool
+                .query_row(params![key.project, seconds, key.bucket_ms, key.server, key.tool], |row| {
+                    let outcomes: [i64; 7] = [
+                        row.get(11)?,
+                        row.get(12)?,
+                        row.get(13)?,
+                        row.get(14)?,
+                        row.get(15)?,
+                        row.get(16)?,
+                        row.get(17)?,
+                    ];
+                    let (latency, shapes): (Vec<u8>, Vec<u8>) = (row.get(18)?, row.get(19)?);
+                    Ok((
+                        StoredColumns { offset: 0 }.rollup(key, row)?,
+                        outcomes,
+                        Some((latency, shapes)),
+                        None,
+                    ))
+                })
+                .optional()?,
+            Some(name) => agent
+                .query_row(params![key.project, key.server, key.tool, seconds, key.bucket_ms, name], |row| {
+                    let sessions: Vec<u8> = row.get(12)?;
+                    Ok((StoredColumns { offset: 1 }.rollup(key, row)?, [0; 7], None, Some(sessions)))
+                })
+                .optional()?,
+        };
+        let Some((mut rollup, outcomes, tool_sketches, sessions)) = found else { continue };
+        rollup.outcomes = outcomes.map(|n| n as u64);
+        if let Some((latency, shapes)) = tool_sketches {
+            rollup.latency = rollup::LatencySketch::decode(&latency)?;
+            rollup.shapes = rollup::ShapeCounts::decode(&shapes)?;
+        }
+        if let Some(sessions) = sessions {
+            rollup.sessions = rollup::SessionSketch::decode(&sessions)?;
+        }
+        rows.push(rollup);
+    }
+    Ok(rows)
+}
+
+/// The columns both rollup tables share, read from a row of `SELECT {…_ROLLUP_COLUMNS}` (agent rows have
+/// one more key column before them).
+struct StoredColumns {
+    offset: usize,
+}
+
+impl StoredColumns {
+    fn rollup(&self, key: &RollupKey, row: &rusqlite::Row<'_>) -> rusqlite::Result<Rollup> {
+        let at = |i: usize| i + self.offset;
+        Ok(Rollup {
+            key: key.clone(),
+            through: Some(InputPosition {
+                partition: row.get(at(5))?,
+                offset: row.get::<_, i64>(at(6))? as u64,
+            }),
+            calls: row.get::<_, i64>(at(7))? as u64,
+            errors: row.get::<_, i64>(at(8))? as u64,
+            duration_sum_ms: row.get(at(9))?,
+            last_call_ms: row.get(at(10))?,
+            ..Default::default()
+        })
+    }
+}
+
+/// The tool rows of a window (minute rows at its start, hour rows after), as a subquery: `?1` project,
+/// `?2` the window's start, `?3` where hour rows begin.
+const TOOL_WINDOW: &str = "(SELECT * FROM tool_rollups WHERE project = ?1 AND bucket_seconds = 3600 AND bucket_ms >= ?3
+     UNION ALL
+     SELECT * FROM tool_rollups WHERE project = ?1 AND bucket_seconds = 60 AND bucket_ms >= ?2 AND bucket_ms < ?3)";
+
 fn open_counts(
     connection: &Connection,
     project: &str,
@@ -339,6 +509,11 @@ impl DetectorStore for SqliteStore {
             Ok(())
         })
         .await
+    }
+
+    async fn rollups(&self, keys: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
+        let keys = keys.to_vec();
+        Self::with(&self.writer, move |connection| read_rollups(connection, &keys)).await
     }
 
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
@@ -503,8 +678,8 @@ impl QueryStore for SqliteStore {
     async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError> {
         let (project, server, tool) =
             (query.project.to_owned(), query.server.to_owned(), query.tool.to_owned());
-        let from = since(query.now, query.hours);
-        let (events, agents, total_sessions) = self
+        let window = rollup::window(ms(query.now), query.hours);
+        let (events, rows) = self
             .read(move |connection| {
                 let mut select = connection.prepare_cached(
                     "SELECT event FROM schema_drift_events WHERE project = ?1 AND server_name = ?2 AND status = 'open'",
@@ -512,32 +687,32 @@ impl QueryStore for SqliteStore {
                 let events: Vec<String> =
                     select.query_map(params![project, server], |row| row.get(0))?.collect::<Result<_, _>>()?;
                 let mut select = connection.prepare_cached(
-                    "SELECT COALESCE(agent_name, 'unknown'), COUNT(DISTINCT session_id), COUNT(*),
-                            SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), AVG(duration_ms), MAX(ingested_at)
-                     FROM tool_calls WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4
-                     GROUP BY 1 ORDER BY 3 DESC, 1",
+                    "SELECT agent, calls, errors, duration_sum, last_call_ms, sessions FROM agent_rollups
+                     WHERE project = ?1 AND server = ?2 AND tool = ?3 AND bucket_seconds = 3600 AND bucket_ms >= ?5
+                     UNION ALL
+                     SELECT agent, calls, errors, duration_sum, last_call_ms, sessions FROM agent_rollups
+                     WHERE project = ?1 AND server = ?2 AND tool = ?3 AND bucket_seconds = 60
+                       AND bucket_ms >= ?4 AND bucket_ms < ?5",
                 )?;
-                let agents: Vec<views::AgentStats> = select
-                    .query_map(params![project, server, tool, from], |row| {
-                        Ok((
-                            row.get::<_, String>(0)?,
-                            row.get::<_, i64>(1)? as u64,
-                            row.get::<_, i64>(2)? as u64,
-                            row.get::<_, i64>(3)? as u64,
-                            row.get::<_, f64>(4)?,
-                            row.get::<_, i64>(5)?,
-                        ))
-                    })?
+                let rows: Vec<rollup::AgentRow> = select
+                    .query_map(
+                        params![project, server, tool, window.from_ms, window.hours_from_ms],
+                        |row| {
+                            Ok(rollup::AgentRow {
+                                agent: row.get(0)?,
+                                calls: row.get::<_, i64>(1)? as u64,
+                                errors: row.get::<_, i64>(2)? as u64,
+                                duration_sum_ms: row.get(3)?,
+                                last_call_ms: row.get(4)?,
+                                sessions: row.get(5)?,
+                            })
+                        },
+                    )?
                     .collect::<Result<_, _>>()?;
-                let total_sessions: i64 = connection.query_row(
-                    "SELECT COUNT(DISTINCT session_id) FROM tool_calls
-                     WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4",
-                    params![project, server, tool, from],
-                    |row| row.get(0),
-                )?;
-                Ok((events, agents, total_sessions as u64))
+                Ok((events, rows))
             })
             .await?;
+        let (agents, total_sessions) = rollup::agent_stats(rows)?;
         views::drift_impact(&query, events, agents, total_sessions)
     }
 
@@ -574,34 +749,36 @@ impl QueryStore for SqliteStore {
 
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {
         let project = project.to_owned();
-        let from = since(now, hours);
+        let window = rollup::window(ms(now), hours);
         self.read(move |connection| {
-            let mut select =
-                connection.prepare_cached("SELECT server_name, tool_name FROM tool_schemas WHERE project = ?1")?;
-            let declared: BTreeSet<(String, String)> =
-                select.query_map(params![project], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
+            let mut select = connection
+                .prepare_cached("SELECT server_name, tool_name FROM tool_schemas WHERE project = ?1")?;
+            let declared: BTreeSet<(String, String)> = select
+                .query_map(params![project], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<Result<_, _>>()?;
             let mut shapes = HashMap::new();
-            let mut select =
-                connection.prepare_cached("SELECT server, tool, shape FROM tool_shapes WHERE project = ?1")?;
+            let mut select = connection
+                .prepare_cached("SELECT server, tool, shape FROM tool_shapes WHERE project = ?1")?;
             for row in select.query_map(params![project], |row| {
                 Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
             })? {
                 let (server, tool, json) = row?;
                 shapes.insert((server, tool), views::shape_status(&json)?);
             }
-            let mut select = connection.prepare_cached(
-                "SELECT server, tool, COUNT(*), SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), AVG(duration_ms),
-                        MAX(ingested_at)
-                 FROM tool_calls WHERE project = ?1 AND ingested_at >= ?2 GROUP BY server, tool ORDER BY server, tool",
-            )?;
+            let mut select = connection.prepare_cached(&format!(
+                "SELECT server, tool, SUM(calls), SUM(errors), SUM(duration_sum), MAX(last_call_ms)
+                 FROM {TOOL_WINDOW} GROUP BY server, tool ORDER BY server, tool"
+            ))?;
             let calls: Vec<views::CallStats> = select
-                .query_map(params![project, from], |row| {
+                .query_map(params![project, window.from_ms, window.hours_from_ms], |row| {
+                    let calls = row.get::<_, i64>(2)? as u64;
+                    let duration_sum: f64 = row.get(4)?;
                     Ok((
                         row.get(0)?,
                         row.get(1)?,
-                        row.get::<_, i64>(2)? as u64,
+                        calls,
                         row.get::<_, i64>(3)? as u64,
-                        row.get(4)?,
+                        duration_sum / calls.max(1) as f64,
                         row.get(5)?,
                     ))
                 })?
@@ -642,7 +819,7 @@ impl QueryStore for SqliteStore {
         now: Timestamp,
     ) -> Result<Vec<SignalGroup>, StoreError> {
         let project = project.to_owned();
-        let from = since(now, hours);
+        let from = views::since(now, hours);
         self.read(move |connection| signal_groups(connection, &project, "AND detected_at >= ?2", &[&from]))
             .await
     }
@@ -667,18 +844,24 @@ impl QueryStore for SqliteStore {
         now: Timestamp,
     ) -> Result<ReturnValueStats, StoreError> {
         let project = project.to_owned();
-        let from = since(now, hours);
+        let window = rollup::window(ms(now), hours);
         let rows = self
             .read(move |connection| {
-                let mut select = connection.prepare_cached(
-                    "SELECT server, tool, status, shape_outcome, COUNT(*) FROM tool_calls
-                     WHERE project = ?1 AND ingested_at >= ?2 GROUP BY server, tool, status, shape_outcome",
-                )?;
-                let rows = select
-                    .query_map(params![project, from], |row| {
-                        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get::<_, i64>(4)? as u64))
-                    })?
-                    .collect::<Result<_, _>>()?;
+                let mut select = connection.prepare_cached(&format!(
+                    "SELECT server, tool, SUM(fingerprinted), SUM(oversized), SUM(truncated_sentinel),
+                            SUM(unparseable), SUM(too_deep), SUM(absent), SUM(not_success)
+                     FROM {TOOL_WINDOW} GROUP BY server, tool"
+                ))?;
+                let mut rows = Vec::new();
+                let mut stored = select.query(params![project, window.from_ms, window.hours_from_ms])?;
+                while let Some(row) = stored.next()? {
+                    let (server, tool): (String, String) = (row.get(0)?, row.get(1)?);
+                    let mut outcomes = [0u64; 7];
+                    for (i, n) in outcomes.iter_mut().enumerate() {
+                        *n = row.get::<_, i64>(i + 2)? as u64;
+                    }
+                    rows.extend(rollup::outcome_rows(&server, &tool, outcomes));
+                }
                 Ok(rows)
             })
             .await?;
@@ -686,66 +869,35 @@ impl QueryStore for SqliteStore {
     }
 
     async fn call_buckets(&self, query: BucketQuery<'_>) -> Result<Vec<CallBucket>, StoreError> {
+        let granularity = rollup::timeline_granularity(ms(query.from), query.bucket_ms).ok_or_else(|| {
+            StoreError::Query(format!("buckets of {} ms are not whole minutes", query.bucket_ms))
+        })?;
         let (project, server) = (query.project.to_owned(), query.server.to_owned());
         let tool = query.tool.map(str::to_owned);
         let (from, to, bucket) = (ms(query.from), ms(query.to), query.bucket_ms);
         let owned = BucketQuery { project: "", server: "", tool: None, ..query };
-        self.read(move |connection| {
-            let scope = "FROM tool_calls WHERE project = ?1 AND server = ?2 AND (?3 IS NULL OR tool = ?3)
-                         AND started_at >= ?4 AND started_at < ?5";
-            let args = params![project, server, tool, from, to, bucket];
-            let mut aggregates: BTreeMap<i64, views::BucketAggregate> = BTreeMap::new();
-            let mut select = connection.prepare_cached(&format!(
-                "SELECT (started_at - ?4) / ?6, COUNT(*), SUM(status = 'error'),
-                        SUM(shape_outcome = 'fingerprinted' AND shape_hash IS NOT NULL) {scope} GROUP BY 1"
-            ))?;
-            let rows = select.query_map(args, |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, i64>(2)?,
-                    row.get::<_, i64>(3)?,
-                ))
-            })?;
-            for row in rows {
-                let (index, calls, errors, fingerprinted) = row?;
-                let aggregate = aggregates.entry(index).or_default();
-                aggregate.calls = calls as u64;
-                aggregate.errors = errors as u64;
-                aggregate.fingerprinted = fingerprinted as u64;
-            }
-            let mut select = connection.prepare_cached(&format!(
-                "SELECT k, MAX(n) FROM (SELECT (started_at - ?4) / ?6 AS k, COUNT(*) AS n {scope}
-                    AND shape_outcome = 'fingerprinted' AND shape_hash IS NOT NULL GROUP BY k, shape_hash)
-                 GROUP BY k"
-            ))?;
-            for row in select.query_map(args, |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))? {
-                let (index, dominant) = row?;
-                aggregates.entry(index).or_default().dominant = dominant as u64;
-            }
-            // Percentiles by nearest rank, streaming the sorted durations: memory per bucket, not per call.
-            let mut select = connection.prepare_cached(&format!(
-                "SELECT (started_at - ?4) / ?6 AS k, duration_ms {scope} ORDER BY k, duration_ms"
-            ))?;
-            let mut rows = select.query(args)?;
-            let (mut current, mut rank) = (i64::MIN, 0u64);
-            while let Some(row) = rows.next()? {
-                let (index, duration): (i64, f64) = (row.get(0)?, row.get(1)?);
-                if index != current {
-                    (current, rank) = (index, 0);
-                }
-                rank += 1;
-                let Some(aggregate) = aggregates.get_mut(&index) else { continue };
-                if rank == views::nearest_rank(aggregate.calls, 0.5) {
-                    aggregate.p50_ms = Some(duration);
-                }
-                if rank == views::nearest_rank(aggregate.calls, 0.95) {
-                    aggregate.p95_ms = Some(duration);
-                }
-            }
-            views::call_buckets(&owned, aggregates)
-        })
-        .await
+        let rows = self
+            .read(move |connection| {
+                let mut select = connection.prepare_cached(
+                    "SELECT bucket_ms, calls, errors, latency, shapes FROM tool_rollups
+                     WHERE project = ?1 AND server = ?2 AND (?3 IS NULL OR tool = ?3) AND bucket_seconds = ?4
+                       AND bucket_ms >= ?5 AND bucket_ms < ?6",
+                )?;
+                let rows = select
+                    .query_map(params![project, server, tool, granularity / 1000, from, to], |row| {
+                        Ok(rollup::BucketRow {
+                            bucket_ms: row.get(0)?,
+                            calls: row.get::<_, i64>(1)? as u64,
+                            errors: row.get::<_, i64>(2)? as u64,
+                            latency: row.get(3)?,
+                            shapes: row.get(4)?,
+                        })
+                    })?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+            .await?;
+        views::call_buckets(&owned, rollup::bucket_aggregates(from, bucket, rows)?)
     }
 
     async fn signals(

@@ -369,11 +369,6 @@ pub(crate) struct BucketAggregate {
     pub p95_ms: Option<f64>,
 }
 
-/// The 1-based nearest rank of percentile `p` among `n` sorted values (both stores pick the same one).
-pub(crate) fn nearest_rank(n: u64, p: f64) -> u64 {
-    ((p * n as f64).ceil() as u64).clamp(1, n.max(1))
-}
-
 /// Every bucket of the query, empty ones included, from the aggregates of the buckets that had calls
 /// (keyed by bucket index from `from`).
 pub(crate) fn call_buckets(

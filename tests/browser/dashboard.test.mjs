@@ -207,7 +207,7 @@ test('a page on another origin cannot accept a baseline or send spans (local mod
     <script>
       fetch('${url}/v1/spans', { method: 'POST', mode: 'no-cors', headers: { 'Content-Type': 'text/plain' },
         body: JSON.stringify([{ span_id: 'forged', session_id: 's', agent_name: 'forger', server: 'search-mcp',
-          tool: 'forged_tool', started_at: '2026-03-26T08:15:42.000Z', duration_ms: 1, status: 'success' }]) })
+          tool: 'forged_tool', started_at: new Date().toISOString(), duration_ms: 1, status: 'success' }]) })
         .catch(() => {}).finally(() => { document.title = 'sent'; document.getElementById('f').submit(); });
     </script></body></html>`;
   const evil = createServer((req, res) => { res.writeHead(200, { 'Content-Type': 'text/html' }); res.end(attack); });

@@ -287,7 +287,13 @@ pub fn run_cli(args: &[&str]) -> (i32, String, String) {
 
 pub fn span(id: &str, tool: &str, value: Value) -> Value {
     json!({"span_id": id, "session_id": "s", "agent_name": "agent", "server": "srv", "tool": tool,
-        "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 10, "status": "success", "return_value": value})
+        "started_at": recent(), "duration_ms": 10, "status": "success", "return_value": value})
+}
+
+/// A second ago (RFC 3339): calls count when they were made, and traffic reads look at the last hours.
+pub fn recent() -> String {
+    let at = chrono::Utc::now() - chrono::Duration::seconds(1);
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// Sends a fixed stream in `parts`: tool lists that drift and revert, and spans whose shape changes.

@@ -24,6 +24,7 @@ use driftline_schemas::{
     OutputDeclaration, OutputKind, ProbeFailure, ProjectName, ServerKey, ServerName, ServerStatus, Timestamp,
     ToolCallRecord, ToolCallSpan, ToolKey, ToolListSnapshot, ToolName, OUTPUT_DECLARATION,
 };
+use driftline_store::rollup::RollupCache;
 use driftline_store::{
     Batch, DetectorState, DetectorStore, EventUpdate, Resume, ServerRow, StoreError, Streams, ToolShapeRow,
 };
@@ -119,6 +120,8 @@ pub struct Worker<C> {
     /// Keys (as on the bus) whose stored state cannot be read, with the reason: their records become dead
     /// letters (the state stays in the store for repair) while every other key keeps flowing.
     quarantined: BTreeMap<String, String>,
+    /// Rollup rows as stored (those written since the last reload, and those read before folding).
+    rollups: RollupCache,
 }
 
 /// How often a member of a consumer group re-reads every project's thresholds from the store.
@@ -154,6 +157,7 @@ impl<C: Consumer> Worker<C> {
             settings_read_at: std::time::Instant::now(),
             lag_labels: Vec::new(),
             quarantined: BTreeMap::new(),
+            rollups: RollupCache::default(),
         };
         worker.reload().await?;
         Ok(worker)
@@ -185,6 +189,7 @@ impl<C: Consumer> Worker<C> {
         self.tool_streams.clear();
         self.positions.clear();
         self.quarantined.clear();
+        self.rollups.clear();
         self.restore(resume)?;
         self.consumer.rewind(&self.positions).await?;
         self.stale = false;
@@ -234,6 +239,8 @@ impl<C: Consumer> Worker<C> {
             return Ok(());
         };
         metrics::REBALANCES.inc();
+        // Rows of partitions moved away may be written by their new owner from now on.
+        self.rollups.clear();
         metrics::OWNED_PARTITIONS.set(self.consumer.owned().map_or(0, |owned| owned.len()) as i64);
         let revoked: BTreeSet<u32> = change.revoked.iter().copied().collect();
         let (server_streams, tool_streams) = (&self.server_streams, &self.tool_streams);
@@ -291,6 +298,7 @@ impl<C: Consumer> Worker<C> {
             batch.positions.insert(record.position.partition, record.position.offset);
         }
         let positions = batch.positions.clone();
+        self.fold_rollups(&mut batch).await?;
         self.flush_state(&mut batch, &dirty)?;
         let started = std::time::Instant::now();
         // Dead letters are durable before the position that skips them (a replay may publish one twice;
@@ -313,6 +321,8 @@ impl<C: Consumer> Worker<C> {
             let _ = self.reload().await;
             return Err(err.into());
         }
+        // Only a cache: if the batch is not stored, the reload below forgets every row.
+        self.rollups.trim(&batch.rollups);
         // A slow store must not freeze the lag gauge: it keeps following the bus while the batch is written.
         let store = self.store.clone();
         let apply = store.apply(batch);
@@ -345,6 +355,26 @@ impl<C: Consumer> Worker<C> {
         metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
         tracing::debug!(records = records.len(), seconds, lag, "batch stored");
         Ok(Progress { records: records.len() })
+    }
+
+    /// Folds the batch's calls into their rollup rows (read from the store first where memory has none),
+    /// adding the changed rows, whole, to the batch.
+    async fn fold_rollups(&mut self, batch: &mut Batch) -> Result<(), WorkerError> {
+        let missing = self.rollups.missing(batch.calls.iter().map(|(_, _, call)| call));
+        if !missing.is_empty() {
+            let found = self.store.rollups(&missing).await?;
+            metrics::ROLLUP_ROWS.with_label_values(&["loaded"]).inc_by(found.len() as u64);
+            tracing::debug!(asked = missing.len(), found = found.len(), "rollup rows loaded");
+            self.rollups.hold(missing, found);
+        }
+        let changed = self
+            .rollups
+            .fold(batch.calls.iter().map(|(_, position, call)| (call, *position)))
+            .map_err(|err| WorkerError::Store(StoreError::Corrupt(err.to_string())))?;
+        metrics::ROLLUP_ROWS.with_label_values(&["written"]).inc_by(changed.len() as u64);
+        tracing::debug!(rows = changed.len(), calls = batch.calls.len(), "rollup rows folded");
+        batch.rollups = changed;
+        Ok(())
     }
 
     /// Sets the lag gauges (total and per owned partition; partitions moved away lose their series).
@@ -642,7 +672,11 @@ impl<C: Consumer> Worker<C> {
             batch.notifications.push(Notification::output_mismatch(&signal));
             batch.signals.push(signal);
         }
-        batch.calls.push((derive_id(OutputKind::ToolCall, &key.to_string(), record.position), call));
+        batch.calls.push((
+            derive_id(OutputKind::ToolCall, &key.to_string(), record.position),
+            record.position,
+            call,
+        ));
         dirty.tool(key, record);
     }
 

@@ -152,3 +152,12 @@ pub static MISMATCH_SIGNALS: LazyLock<IntCounter> = LazyLock::new(|| {
     )
     .expect("metric names are static and valid")
 });
+
+pub static ROLLUP_ROWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_worker_rollup_rows_total",
+        "Rollup rows the detector wrote (written) and read from the store before folding calls into them (loaded)",
+        &["source"]
+    )
+    .expect("metric names are static and valid")
+});

@@ -16,15 +16,28 @@ struct Flaky {
     inner: SqliteStore,
     applies: AtomicUsize,
     fail_on: usize,
+    /// The refused batch's outputs are stored, its state and positions not: what a crash of a ClickHouse
+    /// detector between its inserts leaves.
+    half_written: bool,
 }
 
 #[async_trait]
 impl DetectorStore for Flaky {
     async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
         if self.applies.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_on {
+            if self.half_written {
+                let outputs = Batch { positions: Default::default(), states: Vec::new(), ..batch };
+                self.inner.apply(outputs).await?;
+            }
             return Err(StoreError::Unavailable("injected failure".into()));
         }
         self.inner.apply(batch).await
+    }
+    async fn rollups(
+        &self,
+        keys: &[driftline_store::rollup::RollupKey],
+    ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
+        self.inner.rollups(keys).await
     }
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
         self.inner.resume(streams).await
@@ -54,7 +67,7 @@ fn record(i: usize) -> Message {
 }
 
 /// Runs 30 calls through a worker in batches of 7 and returns what the store then shows.
-async fn run(name: &str, fail_on: usize) -> (Value, usize) {
+async fn run(name: &str, fail_on: usize, half_written: bool) -> (Value, usize) {
     let dir = dir(name);
     let bus = SqliteBus::open(&dir.join("bus.db"), || 0).expect("bus");
     bus.publish((0..30).map(record).collect()).await.expect("publish");
@@ -62,6 +75,7 @@ async fn run(name: &str, fail_on: usize) -> (Value, usize) {
         inner: SqliteStore::open(&dir.join("store.db")).expect("store"),
         applies: AtomicUsize::new(0),
         fail_on,
+        half_written,
     });
     let mut worker =
         Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
@@ -74,19 +88,40 @@ async fn run(name: &str, fail_on: usize) -> (Value, usize) {
         }
     }
     let shape = store.inner.tool_shape("p", "srv", "t").await.expect("shape").expect("a tool");
+    // What rollups answer, an hour after the calls.
+    let now = driftline_schemas::Timestamp::from_millis(1_767_229_200_000).expect("2026-01-01T01:00Z");
+    let tools = store.inner.tools("p", 24, now).await.expect("tools");
+    let stats = store.inner.return_value_stats("p", 24, now).await.expect("stats");
+    let impact = driftline_store::ImpactQuery {
+        project: "p",
+        server: "srv",
+        tool: "t",
+        hours: 24,
+        now,
+        high_risk_sessions: 10,
+    };
+    let impact = store.inner.drift_impact(impact).await.expect("impact");
     let view = json!({"telemetry": shape.telemetry, "window": shape.window_size, "status": shape.status,
-        "groups": shape.signal_groups.iter().map(|g| (g.occurrences, g.sample_span_id.clone())).collect::<Vec<_>>()});
+        "groups": shape.signal_groups.iter().map(|g| (g.occurrences, g.sample_span_id.clone())).collect::<Vec<_>>(),
+        "tools": tools, "stats": stats, "impact": impact});
     (view, failures)
 }
 
 #[tokio::test]
 async fn a_refused_batch_is_redone_from_stored_state() {
-    let (clean, none) = run("clean", usize::MAX).await;
+    let (clean, none) = run("clean", usize::MAX, false).await;
     assert_eq!(none, 0);
-    let (retried, failures) = run("retried", 2).await;
+    let (retried, failures) = run("retried", 2, false).await;
     assert_eq!(failures, 1, "the second batch was refused once");
     assert_eq!(retried, clean);
+    // Its outputs stored without its positions: the replay must not count them again.
+    let (half, failures) = run("half-written", 3, true).await;
+    assert_eq!(failures, 1, "the third batch was half written once");
+    assert_eq!(half, clean);
     assert_eq!(clean["telemetry"]["fingerprinted"], 30);
+    assert_eq!(clean["tools"][0]["calls"], 30, "{clean}");
+    assert_eq!(clean["stats"]["totals"]["fingerprinted"], 30, "{clean}");
+    assert_eq!(clean["impact"]["consumers"][0]["call_count"], 30, "{clean}");
     assert_eq!(
         clean["groups"][0][0], 10,
         "v turned into a string at call 20; 20 numbers keep two thirds of 30"
