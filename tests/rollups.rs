@@ -132,6 +132,13 @@ impl DetectorStore for Crashing {
     async fn rollups(&self, keys: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
         self.inner.rollups(keys).await
     }
+    async fn backfill_rollups(
+        &self,
+        tools: &[(driftline_schemas::ToolKey, driftline_schemas::InputPosition)],
+        backfill: driftline_store::rollup::Backfill,
+    ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
+        self.inner.backfill_rollups(tools, backfill).await
+    }
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
         self.inner.resume(streams).await
     }
@@ -470,4 +477,84 @@ proptest! {
         let drop = format!("{}/", support::clickhouse_url());
         let _ = ureq::post(&drop).send(format!("DROP DATABASE IF EXISTS {database} SYNC").as_str());
     }
+}
+
+/// A store an older driftline wrote: calls, state and positions, no rollup rows and no marks.
+async fn upgrade(store: Arc<dyn Store>, dir: &std::path::Path, forget: impl FnOnce()) -> (Value, Value) {
+    let now = chrono::Utc::now().timestamp_millis();
+    let calls: Vec<Call> = (0..60)
+        .map(|i| Call {
+            tool: i % 3,
+            agent: Some(i % 2),
+            session: Some(i % 5),
+            age_ms: (i as i64) * 53 * MINUTE_MS,
+            quarter_ms: 40 + i as u32,
+            error: i % 7 == 0,
+            shape: i % 4,
+            retried: false,
+        })
+        .collect();
+    let bus = SqliteBus::open(&dir.join("bus.db"), wall_clock).expect("bus");
+    bus.publish(calls[..40].iter().enumerate().map(|(i, c)| record("p", i, c, now)).collect())
+        .await
+        .expect("publish");
+    let mut worker =
+        Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
+    while worker.poll_once(15, Duration::ZERO).await.expect("a batch").records > 0 {}
+    drop(worker);
+    forget();
+    bus.publish(calls[40..].iter().enumerate().map(|(i, c)| record("p", 40 + i, c, now)).collect())
+        .await
+        .expect("publish");
+    let mut worker =
+        Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
+    while worker.poll_once(15, Duration::ZERO).await.expect("a batch").records > 0 {}
+    (reads(store.as_ref(), "p", now).await, expected(&calls, now))
+}
+
+#[test]
+fn sqlite_rollups_are_rebuilt_over_calls_stored_before_them() {
+    let dir = support::temp_dir("rollups-upgrade-sqlite");
+    let path = dir.join("store.db");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).expect("store"));
+    let forget = || {
+        let connection = rusqlite::Connection::open(&path).expect("open");
+        connection
+            .execute_batch(
+                "DELETE FROM tool_rollups; DELETE FROM agent_rollups; DELETE FROM detector_state WHERE kind = 'rollups';",
+            )
+            .expect("forget rollups");
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (actual, expected) = runtime.block_on(upgrade(store, &dir, forget));
+    check(&actual, &expected).expect("rollups equal the calls");
+}
+
+#[test]
+fn clickhouse_rollups_are_rebuilt_over_calls_stored_before_them() {
+    let dir = support::temp_dir("rollups-upgrade-clickhouse");
+    let database = format!("rollups_upgrade_{}", std::process::id());
+    let settings = ClickHouseSettings {
+        url: support::clickhouse_url(),
+        database: database.clone(),
+        user: None,
+        password: None,
+    };
+    let sql = |statement: &str| {
+        let url = format!("{}/?database={database}&mutations_sync=1", support::clickhouse_url());
+        ureq::post(&url).send(statement).unwrap_or_else(|err| panic!("{statement}: {err}"));
+    };
+    let forget = || {
+        sql("TRUNCATE TABLE tool_rollups");
+        sql("TRUNCATE TABLE agent_rollups");
+        sql("ALTER TABLE detector_state DELETE WHERE kind = 'rollups'");
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (actual, expected) = runtime.block_on(async {
+        driftline_store::migrate_clickhouse(&settings).await.expect("migrate");
+        let store: Arc<dyn Store> = Arc::new(ClickHouseStore::connect(&settings).await.expect("connect"));
+        upgrade(store, &dir, forget).await
+    });
+    check(&actual, &expected).expect("rollups equal the calls");
+    sql(&format!("DROP DATABASE IF EXISTS {database} SYNC"));
 }

@@ -14,7 +14,7 @@ use driftline_schemas::api::{
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
-    ShapeDriftSignal, Timestamp,
+    ShapeDriftSignal, Timestamp, ToolKey,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -340,6 +340,19 @@ struct AgentRollupRow {
     last_call_ms: i64,
     #[serde(with = "serde_bytes")]
     sessions: Vec<u8>,
+}
+
+/// What a rollup keeps of a stored call (rebuilding rollups over calls stored before they existed).
+#[derive(Row, Deserialize)]
+struct StoredCallRow {
+    agent_name: Option<String>,
+    session_id: Option<String>,
+    started_at: i64,
+    ingested_at: i64,
+    duration_ms: f64,
+    status: String,
+    shape_outcome: String,
+    shape_hash: Option<String>,
 }
 
 /// An agent row as drift impact reads it.
@@ -842,6 +855,45 @@ impl DetectorStore for ClickHouseStore {
             }
         }
         Ok(rows)
+    }
+
+    async fn backfill_rollups(
+        &self,
+        tools: &[(ToolKey, InputPosition)],
+        mut backfill: rollup::Backfill,
+    ) -> Result<Vec<Rollup>, StoreError> {
+        for (key, through) in tools {
+            let (project, server, tool) = (key.project.as_str(), key.server.as_str(), key.tool.as_str());
+            // Streamed: a tool's calls of 31 days need not fit in memory, only its rollup rows.
+            let mut cursor = self
+                .client
+                .query(
+                    "SELECT ?fields FROM tool_calls FINAL WHERE project = ? AND server = ? AND tool = ?
+                       AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))",
+                )
+                .bind(project)
+                .bind(server)
+                .bind(tool)
+                .bind(backfill.since_ms())
+                .fetch::<StoredCallRow>()?;
+            while let Some(row) = cursor.next().await? {
+                let call = rollup::CallFacts {
+                    project,
+                    server,
+                    tool,
+                    agent: row.agent_name.as_deref(),
+                    session: row.session_id.as_deref(),
+                    started_ms: row.started_at,
+                    ingested_ms: row.ingested_at,
+                    duration_ms: row.duration_ms,
+                    error: row.status == "error",
+                    outcome: crate::stored_outcome(&row.shape_outcome),
+                    shape_hash: row.shape_hash.as_deref(),
+                };
+                backfill.add(&call, *through);
+            }
+        }
+        Ok(backfill.finish())
     }
 
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {

@@ -19,7 +19,7 @@ use driftline_schemas::api::{
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
-    ShapeDriftSignal, Timestamp, ToolCallRecord,
+    ShapeDriftSignal, ShapeOutcome, Timestamp, ToolCallRecord, ToolKey,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -199,6 +199,14 @@ pub trait DetectorStore: Send + Sync {
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError>;
     /// The rollup rows of these keys that the store holds (the others have no call yet).
     async fn rollups(&self, keys: &[rollup::RollupKey]) -> Result<Vec<rollup::Rollup>, StoreError>;
+    /// Rollup rows rebuilt from the stored calls of these tools, each included up to the input position
+    /// given (what the detector had stored), for a detector that starts keeping rollups over calls an older
+    /// version stored. Reads calls received since `backfill.since_ms()` only.
+    async fn backfill_rollups(
+        &self,
+        tools: &[(ToolKey, InputPosition)],
+        backfill: rollup::Backfill,
+    ) -> Result<Vec<rollup::Rollup>, StoreError>;
     /// Which of these call identities are stored (ingested at or after `since`), with the input record
     /// each came from. The identities are hashes that include the project (`ToolCallRecord::identity`).
     async fn stored_calls(
@@ -274,6 +282,11 @@ pub trait NotificationStore: Send + Sync {
         outcome: &str,
         at: Timestamp,
     ) -> Result<(), StoreError>;
+}
+
+/// A shape outcome as stored (its wire name); anything else reads as `not_success`.
+pub(crate) fn stored_outcome(name: &str) -> ShapeOutcome {
+    ShapeOutcome::ALL.into_iter().find(|o| o.as_str() == name).unwrap_or(ShapeOutcome::NotSuccess)
 }
 
 /// A whole store, as a process opens it and hands each stage its side.

@@ -12,7 +12,7 @@ use driftline_schemas::api::{
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
-    ShapeDriftSignal, Timestamp,
+    ShapeDriftSignal, Timestamp, ToolKey,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
@@ -514,6 +514,45 @@ impl DetectorStore for SqliteStore {
     async fn rollups(&self, keys: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
         let keys = keys.to_vec();
         Self::with(&self.writer, move |connection| read_rollups(connection, &keys)).await
+    }
+
+    async fn backfill_rollups(
+        &self,
+        tools: &[(ToolKey, InputPosition)],
+        mut backfill: rollup::Backfill,
+    ) -> Result<Vec<Rollup>, StoreError> {
+        let tools = tools.to_vec();
+        Self::with(&self.writer, move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT agent_name, session_id, started_at, ingested_at, duration_ms, status, shape_outcome, shape_hash
+                 FROM tool_calls WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4",
+            )?;
+            for (key, through) in tools {
+                let (project, server, tool) = (key.project.as_str(), key.server.as_str(), key.tool.as_str());
+                let mut rows = select.query(params![project, server, tool, backfill.since_ms()])?;
+                while let Some(row) = rows.next()? {
+                    let (agent, session): (Option<String>, Option<String>) = (row.get(0)?, row.get(1)?);
+                    let (status, outcome): (String, String) = (row.get(5)?, row.get(6)?);
+                    let hash: Option<String> = row.get(7)?;
+                    let call = rollup::CallFacts {
+                        project,
+                        server,
+                        tool,
+                        agent: agent.as_deref(),
+                        session: session.as_deref(),
+                        started_ms: row.get(2)?,
+                        ingested_ms: row.get(3)?,
+                        duration_ms: row.get(4)?,
+                        error: status == "error",
+                        outcome: crate::stored_outcome(&outcome),
+                        shape_hash: hash.as_deref(),
+                    };
+                    backfill.add(&call, through);
+                }
+            }
+            Ok(backfill.finish())
+        })
+        .await
     }
 
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {

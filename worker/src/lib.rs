@@ -122,6 +122,16 @@ pub struct Worker<C> {
     quarantined: BTreeMap<String, String>,
     /// Rollup rows as stored (those written since the last reload, and those read before folding).
     rollups: RollupCache,
+    /// Streams whose calls are all in rollups (a `rollups` state row each): a stream stored by a version
+    /// without rollups is backfilled once from its stored calls.
+    rollup_streams: BTreeSet<u32>,
+}
+
+/// The state row that marks a stream's calls as kept in rollups.
+const ROLLUP_MARK: &str = "rollups";
+
+fn rollup_mark(stream: u32) -> DetectorState {
+    DetectorState { kind: ROLLUP_MARK.to_owned(), key: stream.to_string(), stream, state: "1".to_owned() }
 }
 
 /// How often a member of a consumer group re-reads every project's thresholds from the store.
@@ -158,6 +168,7 @@ impl<C: Consumer> Worker<C> {
             lag_labels: Vec::new(),
             quarantined: BTreeMap::new(),
             rollups: RollupCache::default(),
+            rollup_streams: BTreeSet::new(),
         };
         worker.reload().await?;
         Ok(worker)
@@ -190,7 +201,9 @@ impl<C: Consumer> Worker<C> {
         self.positions.clear();
         self.quarantined.clear();
         self.rollups.clear();
+        self.rollup_streams.clear();
         self.restore(resume)?;
+        self.backfill_rollups().await?;
         self.consumer.rewind(&self.positions).await?;
         self.stale = false;
         tracing::info!(positions = ?self.positions, servers = self.servers.len(), tools = self.tools.len(), "detector state restored");
@@ -213,6 +226,10 @@ impl<C: Consumer> Worker<C> {
                     self.tool_streams.insert(parsed, stream);
                     Ok(())
                 }),
+                ROLLUP_MARK => {
+                    self.rollup_streams.insert(stream);
+                    Ok(())
+                }
                 _ => Ok(()),
             };
             // One unreadable row must not stop every key: that key is quarantined, the rest resume.
@@ -249,8 +266,10 @@ impl<C: Consumer> Worker<C> {
         self.server_streams.retain(|_, s| !revoked.contains(s));
         self.tool_streams.retain(|_, s| !revoked.contains(s));
         self.positions.retain(|s, _| !revoked.contains(s));
+        self.rollup_streams.retain(|s| !revoked.contains(s));
         let resume = self.store.resume(Streams::Only(&change.assigned)).await?;
         self.restore(resume)?;
+        self.backfill_rollups().await?;
         tracing::info!(assigned = ?change.assigned, revoked = ?change.revoked, servers = self.servers.len(), tools = self.tools.len(), "detector partitions rebalanced");
         Ok(())
     }
@@ -299,6 +318,10 @@ impl<C: Consumer> Worker<C> {
         }
         let positions = batch.positions.clone();
         self.fold_rollups(&mut batch).await?;
+        // A stream's first stored batch marks its calls as kept in rollups, with its first positions.
+        let new_streams: Vec<u32> =
+            positions.keys().filter(|s| !self.rollup_streams.contains(s)).copied().collect();
+        batch.states.extend(new_streams.iter().map(|s| rollup_mark(*s)));
         self.flush_state(&mut batch, &dirty)?;
         let started = std::time::Instant::now();
         // Dead letters are durable before the position that skips them (a replay may publish one twice;
@@ -342,6 +365,7 @@ impl<C: Consumer> Worker<C> {
             return Err(err.into());
         }
         self.stale = false;
+        self.rollup_streams.extend(new_streams);
         let seconds = started.elapsed().as_secs_f64();
         metrics::FLUSH_SECONDS.observe(seconds);
         metrics::BATCH_SIZE.observe(records.len() as f64);
@@ -355,6 +379,42 @@ impl<C: Consumer> Worker<C> {
         metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
         tracing::debug!(records = records.len(), seconds, lag, "batch stored");
         Ok(Progress { records: records.len() })
+    }
+
+    /// Streams this detector resumed whose calls an older version stored without rollups: rebuilds their
+    /// rollup rows from the stored calls (each included up to the stream's stored position) and marks the
+    /// streams, in one batch, before reading on.
+    async fn backfill_rollups(&mut self) -> Result<(), WorkerError> {
+        let pending: BTreeSet<u32> =
+            self.positions.keys().filter(|s| !self.rollup_streams.contains(s)).copied().collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let tools: Vec<(ToolKey, driftline_schemas::InputPosition)> = self
+            .tool_streams
+            .iter()
+            .filter(|(_, stream)| pending.contains(stream))
+            .filter_map(|(key, stream)| {
+                let offset = *self.positions.get(stream)?;
+                Some((key.clone(), driftline_schemas::InputPosition { partition: *stream, offset }))
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let rows = self.store.backfill_rollups(&tools, driftline_store::rollup::Backfill::new(now)).await?;
+        let count = rows.len();
+        let batch = Batch {
+            rollups: rows,
+            states: pending.iter().map(|s| rollup_mark(*s)).collect(),
+            ..Default::default()
+        };
+        self.store.apply(batch).await?;
+        metrics::ROLLUP_ROWS.with_label_values(&["backfilled"]).inc_by(count as u64);
+        tracing::info!(streams = ?pending, tools = tools.len(), rows = count, seconds = started.elapsed().as_secs_f64(), "rollups rebuilt from stored calls");
+        self.rollup_streams.extend(pending);
+        Ok(())
     }
 
     /// Folds the batch's calls into their rollup rows (read from the store first where memory has none),

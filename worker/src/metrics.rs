@@ -156,7 +156,7 @@ pub static MISMATCH_SIGNALS: LazyLock<IntCounter> = LazyLock::new(|| {
 pub static ROLLUP_ROWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "driftline_worker_rollup_rows_total",
-        "Rollup rows the detector wrote (written) and read from the store before folding calls into them (loaded)",
+        "Rollup rows the detector wrote (written), read from the store before folding calls into them (loaded), and rebuilt from calls stored before rollups existed (backfilled)",
         &["source"]
     )
     .expect("metric names are static and valid")

@@ -39,6 +39,13 @@ impl DetectorStore for Flaky {
     ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
         self.inner.rollups(keys).await
     }
+    async fn backfill_rollups(
+        &self,
+        tools: &[(driftline_schemas::ToolKey, driftline_schemas::InputPosition)],
+        backfill: driftline_store::rollup::Backfill,
+    ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
+        self.inner.backfill_rollups(tools, backfill).await
+    }
     async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
         self.inner.resume(streams).await
     }

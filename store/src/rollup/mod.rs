@@ -75,25 +75,58 @@ pub struct Rollup {
     pub sessions: SessionSketch,
 }
 
+/// What a rollup keeps of a call (from a record, or from a stored row when rollups are rebuilt).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallFacts<'a> {
+    pub project: &'a str,
+    pub server: &'a str,
+    pub tool: &'a str,
+    pub agent: Option<&'a str>,
+    pub session: Option<&'a str>,
+    pub started_ms: i64,
+    pub ingested_ms: i64,
+    pub duration_ms: f64,
+    pub error: bool,
+    pub outcome: ShapeOutcome,
+    pub shape_hash: Option<&'a str>,
+}
+
+impl<'a> From<&'a ToolCallRecord> for CallFacts<'a> {
+    fn from(call: &'a ToolCallRecord) -> Self {
+        CallFacts {
+            project: call.project.as_str(),
+            server: call.server.as_str(),
+            tool: call.tool.as_str(),
+            agent: call.agent_name.as_deref(),
+            session: call.session_id.as_deref(),
+            started_ms: call.started_at.as_millis(),
+            ingested_ms: call.ingested_at.as_millis(),
+            duration_ms: call.duration_ms,
+            error: call.status == CallStatus::Error,
+            outcome: call.shape_outcome,
+            shape_hash: call.shape_hash.as_deref(),
+        }
+    }
+}
+
 /// When a call counts: when it started, but never after driftline received it (a client clock ahead);
 /// `None` for a call received so long after it started that no window reaches it.
-pub fn call_time(call: &ToolCallRecord) -> Option<i64> {
-    let received = call.ingested_at.as_millis();
-    let at = call.started_at.as_millis().min(received);
-    (received - at <= MAX_CALL_AGE_MS).then_some(at)
+pub fn call_time(call: &CallFacts<'_>) -> Option<i64> {
+    let at = call.started_ms.min(call.ingested_ms);
+    (call.ingested_ms - at <= MAX_CALL_AGE_MS).then_some(at)
 }
 
 /// The four rows a call is folded into: its tool's and its agent's, per minute and per hour.
-pub fn keys_of(call: &ToolCallRecord) -> Vec<RollupKey> {
+pub fn keys_of(call: &CallFacts<'_>) -> Vec<RollupKey> {
     let Some(at) = call_time(call) else { return Vec::new() };
-    let agent = call.agent_name.clone().unwrap_or_else(|| UNKNOWN_AGENT.to_owned());
+    let agent = call.agent.unwrap_or(UNKNOWN_AGENT);
     let mut keys = Vec::with_capacity(4);
     for granularity_ms in [MINUTE_MS, HOUR_MS] {
-        for agent in [None, Some(agent.clone())] {
+        for agent in [None, Some(agent.to_owned())] {
             keys.push(RollupKey {
-                project: call.project.to_string(),
-                server: call.server.to_string(),
-                tool: call.tool.to_string(),
+                project: call.project.to_owned(),
+                server: call.server.to_owned(),
+                tool: call.tool.to_owned(),
                 agent,
                 granularity_ms,
                 bucket_ms: at.div_euclid(granularity_ms) * granularity_ms,
@@ -120,27 +153,32 @@ impl Rollup {
     }
 
     /// Adds one call (of this row's key) unless the row includes it already; whether it added it.
-    pub fn fold(&mut self, call: &ToolCallRecord, at_ms: i64, position: InputPosition) -> bool {
+    pub fn fold(&mut self, call: &CallFacts<'_>, at_ms: i64, position: InputPosition) -> bool {
         if self.includes(position) {
             return false;
         }
         self.through = Some(position);
+        self.add(call, at_ms);
+        true
+    }
+
+    /// Adds one call (of this row's key), whatever the row includes.
+    fn add(&mut self, call: &CallFacts<'_>, at_ms: i64) {
         self.calls += 1;
-        self.errors += u64::from(call.status == CallStatus::Error);
+        self.errors += u64::from(call.error);
         self.duration_sum_ms += call.duration_ms;
         self.last_call_ms = self.last_call_ms.max(at_ms);
         if self.key.agent.is_some() {
-            if let Some(session) = &call.session_id {
+            if let Some(session) = call.session {
                 self.sessions.insert(session_hash(session), SessionSketch::STORED_EXACT_LIMIT);
             }
         } else {
-            self.outcomes[outcome_index(call.shape_outcome)] += 1;
+            self.outcomes[outcome_index(call.outcome)] += 1;
             self.latency.insert(call.duration_ms);
-            if let (ShapeOutcome::Fingerprinted, Some(hash)) = (call.shape_outcome, &call.shape_hash) {
+            if let (ShapeOutcome::Fingerprinted, Some(hash)) = (call.outcome, call.shape_hash) {
                 self.shapes.insert(hash);
             }
         }
-        true
     }
 }
 
@@ -182,7 +220,7 @@ impl RollupCache {
     pub fn missing<'a>(&self, calls: impl IntoIterator<Item = &'a ToolCallRecord>) -> Vec<RollupKey> {
         let mut missing = HashSet::new();
         for call in calls {
-            for key in keys_of(call) {
+            for key in keys_of(&call.into()) {
                 if !self.rows.contains_key(&key) {
                     missing.insert(key);
                 }
@@ -211,10 +249,11 @@ impl RollupCache {
     ) -> Result<Vec<Rollup>, NotLoaded> {
         let mut changed = BTreeMap::new();
         for (call, position) in calls {
-            let Some(at) = call_time(call) else { continue };
-            for key in keys_of(call) {
+            let call = CallFacts::from(call);
+            let Some(at) = call_time(&call) else { continue };
+            for key in keys_of(&call) {
                 let row = self.rows.get_mut(&key).ok_or_else(|| NotLoaded(key.clone()))?;
-                if row.fold(call, at, position) {
+                if row.fold(&call, at, position) {
                     changed.insert(key, ());
                 }
             }
@@ -239,6 +278,53 @@ impl RollupCache {
         } else {
             self.rows.retain(|key, _| keep.contains(key));
         }
+    }
+}
+
+/// Rollup rows rebuilt from stored calls, for a detector that starts keeping rollups over calls stored
+/// before it did (an upgrade): every call counts, and each row includes its tool up to the position the
+/// detector had stored. Only rows some window can still read are built: hour rows of the last 31 days,
+/// minute rows of the last [`MINUTE_RETENTION_HOURS`].
+#[derive(Debug)]
+pub struct Backfill {
+    rows: HashMap<RollupKey, Rollup>,
+    hours_from_ms: i64,
+    minutes_from_ms: i64,
+}
+
+impl Backfill {
+    pub fn new(now_ms: i64) -> Self {
+        Backfill {
+            rows: HashMap::new(),
+            hours_from_ms: now_ms - MAX_CALL_AGE_MS,
+            minutes_from_ms: now_ms - i64::from(MINUTE_RETENTION_HOURS) * HOUR_MS,
+        }
+    }
+
+    /// The oldest receipt time of a call that can count (older calls need not be read).
+    pub fn since_ms(&self) -> i64 {
+        self.hours_from_ms
+    }
+
+    pub fn add(&mut self, call: &CallFacts<'_>, through: InputPosition) {
+        let Some(at) = call_time(call) else { return };
+        for key in keys_of(call) {
+            let from =
+                if key.granularity_ms == MINUTE_MS { self.minutes_from_ms } else { self.hours_from_ms };
+            if key.bucket_ms + key.granularity_ms <= from {
+                continue;
+            }
+            let row = self.rows.entry(key.clone()).or_insert_with(|| Rollup::empty(key));
+            row.through = Some(through);
+            row.add(call, at);
+        }
+    }
+
+    /// The rows, in key order.
+    pub fn finish(self) -> Vec<Rollup> {
+        let mut rows: Vec<Rollup> = self.rows.into_values().collect();
+        rows.sort_by(|a, b| a.key.cmp(&b.key));
+        rows
     }
 }
 

@@ -209,18 +209,19 @@ fn shape_counts_keep_the_dominant_shape_and_the_rest() {
 #[test]
 fn a_call_counts_when_it_started_unless_the_clock_was_ahead_or_it_is_too_old() {
     let check = |started: i64, expected: Option<i64>| {
-        assert_eq!(call_time(&call("t", None, None, started, 1.0)), expected.map(|e| BASE + e), "{started}");
+        let c = call("t", None, None, started, 1.0);
+        assert_eq!(call_time(&(&c).into()), expected.map(|e| BASE + e), "{started}");
     };
     check(5 * HOUR_MS, Some(5 * HOUR_MS));
     check(11 * HOUR_MS, Some(10 * HOUR_MS));
     check(10 * HOUR_MS - MAX_CALL_AGE_MS, Some(10 * HOUR_MS - MAX_CALL_AGE_MS));
     check(10 * HOUR_MS - MAX_CALL_AGE_MS - 1, None);
-    assert!(keys_of(&call("t", None, None, 10 * HOUR_MS - MAX_CALL_AGE_MS - 1, 1.0)).is_empty());
+    assert!(keys_of(&(&call("t", None, None, 10 * HOUR_MS - MAX_CALL_AGE_MS - 1, 1.0)).into()).is_empty());
 }
 
 #[test]
 fn a_call_folds_into_its_tool_and_agent_rows_per_minute_and_hour() {
-    let keys = keys_of(&call("t", None, Some("s"), 90 * MINUTE_MS + 5, 1.0));
+    let keys = keys_of(&(&call("t", None, Some("s"), 90 * MINUTE_MS + 5, 1.0)).into());
     let summary: Vec<(Option<&str>, i64, i64)> =
         keys.iter().map(|k| (k.agent.as_deref(), k.granularity_ms, k.bucket_ms - BASE)).collect();
     assert_eq!(
@@ -236,7 +237,8 @@ fn a_call_folds_into_its_tool_and_agent_rows_per_minute_and_hour() {
 
 #[test]
 fn a_row_skips_what_it_includes() {
-    let c = call("t", Some("a"), Some("s"), 0, 2.0);
+    let record = call("t", Some("a"), Some("s"), 0, 2.0);
+    let c = CallFacts::from(&record);
     let key = keys_of(&c).swap_remove(1);
     let mut row = Rollup::empty(key);
     assert!(row.fold(&c, BASE, at(5)));
@@ -444,4 +446,53 @@ fn timeline_buckets_merge_the_rows_inside_them() {
     assert_eq!((first.calls, first.fingerprinted, first.dominant), (4, 3, 2));
     assert_eq!((first.p50_ms, first.p95_ms), (Some(2.0), Some(4.0)));
     assert_eq!((buckets[&1].calls, buckets[&1].fingerprinted, buckets[&1].p50_ms), (1, 0, Some(5.0)));
+}
+
+#[test]
+fn a_backfill_counts_the_stored_calls_and_live_calls_continue_it() {
+    let calls: Vec<ToolCallRecord> = (0..40)
+        .map(|i| {
+            let agent = ["a", "b"][i % 2];
+            call(
+                ["t0", "t1"][i % 3 % 2],
+                Some(agent),
+                Some(&format!("s{}", i % 5)),
+                (i as i64) * 7 * MINUTE_MS,
+                1.5,
+            )
+        })
+        .collect();
+    let positioned: Vec<(ToolCallRecord, InputPosition)> =
+        calls.into_iter().enumerate().map(|(i, c)| (c, at(i as u64 + 1))).collect();
+    let mut expected = ModelStore::default();
+    run_batch(&mut expected, &mut RollupCache::default(), &positioned, None);
+
+    // The first 25 calls were stored by a detector that kept no rollups.
+    let mut backfill = Backfill::new(BASE + 10 * HOUR_MS);
+    for (c, _) in &positioned[..25] {
+        backfill.add(&c.into(), at(25));
+    }
+    let mut store = ModelStore { position: Some(25), ..Default::default() };
+    for row in backfill.finish() {
+        assert_eq!(row.through, Some(at(25)));
+        store.rows.insert(row.key.clone(), row);
+    }
+    // The upgraded detector replays from its stored position... and from before it (a group's offsets).
+    run_batch(&mut store, &mut RollupCache::default(), &positioned[20..], None);
+    let without_through = |rows: &BTreeMap<RollupKey, Rollup>| -> Vec<Rollup> {
+        rows.values().cloned().map(|r| Rollup { through: None, ..r }).collect()
+    };
+    assert_eq!(without_through(&store.rows), without_through(&expected.rows));
+}
+
+#[test]
+fn a_backfill_builds_only_rows_a_window_can_read() {
+    let now = BASE + 100 * HOUR_MS;
+    let mut backfill = Backfill::new(now);
+    let mut old = call("t", None, None, 0, 1.0);
+    old.ingested_at = Timestamp::from_millis(now).expect("time");
+    backfill.add(&(&old).into(), at(1));
+    // 100 hours old: past minute rows' retention, within hour rows'.
+    let kept: Vec<i64> = backfill.finish().iter().map(|r| r.key.granularity_ms).collect();
+    assert_eq!(kept, [HOUR_MS, HOUR_MS]);
 }
