@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: bench-scale bench-scale-smoke fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -29,6 +29,7 @@ test: toolchain python-env mcp-servers
 	deploy/local/kafka.sh up
 	deploy/local/clickhouse.sh up
 	set -o pipefail; status=0; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log || status=$$?; \
+	    [ $$status != 0 ] || $(MAKE) --no-print-directory bench-scale-smoke || status=$$?; \
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory helm-check || status=$$?; \
 	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; exit $$status
 	$(MAKE) --no-print-directory browser-test
@@ -129,6 +130,18 @@ bench:
 ## rdkafka producer; recovery after kill -9 of the detector.
 bench-distributed: infra-up
 	DRIFTLINE_BENCH_MODE=split $(CARGO) bench --locked --bench ingest_load
+
+## bench-scale: the API's reads of traffic at SCALE_CALLS (50,000,000) calls of one project, from rollups next to
+## the raw-call scans they replaced, and the rollups' write overhead, on SQLite and on ClickHouse (the local
+## chDB endpoint, or CLICKHOUSE_URL): one table per store, all of them in target/bench-scale.json.
+bench-scale:
+	deploy/local/clickhouse.sh up
+	$(CARGO) bench --locked --bench scale
+
+# The same at 1,000,000 calls on an unoptimised build, as part of `make test` (ClickHouse is up then): it
+# checks that every read from rollups answers what the raw calls answer; its timings are not the figures.
+bench-scale-smoke:
+	SCALE_CALLS=1000000 SCALE_OVERHEAD_CALLS=0 SCALE_REPEATS=3 SCALE_RAW_RUNS=1 $(CARGO) test --locked --bench scale
 
 clean:
 	$(CARGO) clean

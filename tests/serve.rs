@@ -110,6 +110,53 @@ fn timelines_bucket_calls_by_when_they_were_made() {
 }
 
 #[test]
+fn a_tools_raw_calls_are_listed_newest_first_within_bounds() {
+    let dir = temp_dir("recent-calls");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let now = chrono::Utc::now().timestamp_millis();
+    for i in 0..3 {
+        let mut one = span(&format!("c{i}"), "lookup", json!({"id": i}));
+        // Received in this order, and (should two arrive in the same millisecond) started in it.
+        let started = chrono::DateTime::from_timestamp_millis(now - 3_000 + i * 1_000).expect("time");
+        one["started_at"] = json!(started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        if i == 1 {
+            one["status"] = json!("error");
+            one["error"] = json!("boom");
+        }
+        assert_eq!(client.post_json("/v1/spans", &json!([one])).0, 202);
+    }
+    // Another tool's call, and one of a tool whose name only looks like a path.
+    assert_eq!(client.post_json("/v1/spans", &json!([span("o", "other", json!(1))])).0, 202);
+    wait_for_calls_of(&client, "other", 1);
+    let (status, calls) = client.get("/api/tools/srv/lookup/calls?limit=2");
+    assert_eq!(status, 200, "{calls}");
+    let ids: Vec<&str> =
+        calls.as_array().expect("calls").iter().filter_map(|c| c["span_id"].as_str()).collect();
+    assert_eq!(ids, ["c2", "c1"], "newest first, at most the limit");
+    assert_eq!(calls[1]["status"], "error");
+    assert_eq!(calls[1]["error"], "boom");
+    assert_eq!(calls[0]["shape_outcome"], "fingerprinted");
+    assert_eq!(client.get("/api/tools/srv/lookup/calls").1.as_array().map(Vec::len), Some(3));
+    assert_eq!(client.get("/api/tools/srv/nothing/calls").1, json!([]));
+    for (query, reason) in
+        [("limit=0", "limit"), ("limit=1001", "limit"), ("hours=0", "hours"), ("hours=721", "hours")]
+    {
+        let (status, body) = client.get(&format!("/api/tools/srv/lookup/calls?{query}"));
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body["error"].as_str().is_some_and(|e| e.contains(reason)), "{query}: {body}");
+    }
+    assert_eq!(client.get("/api/tools/srv/%2E%2E/calls").0, 400);
+}
+
+/// Waits until `/api/tools` counts `calls` calls of `tool`.
+fn wait_for_calls_of(client: &support::Client, tool: &str, calls: u64) {
+    client.wait_for("/api/tools", &format!("{calls} calls of {tool}"), |tools| {
+        tools.as_array().is_some_and(|t| t.iter().any(|t| t["tool"] == tool && t["calls"] == calls))
+    });
+}
+
+#[test]
 fn a_restart_mid_stream_ends_where_an_uninterrupted_run_ends() {
     support::check_kill_mid_stream(|_, dir| Server::start(dir, None, &[]));
 }
@@ -433,6 +480,7 @@ fn openapi_describes_every_route() {
         "/api/health/servers/{name}/drift-accept",
         "/api/tools",
         "/api/tools/{server}/{tool}/shape",
+        "/api/tools/{server}/{tool}/calls",
         "/api/tools/{server}/{tool}/contract",
         "/api/tools/{server}/{tool}/timeline",
         "/api/health/servers/{name}/timeline",
@@ -452,6 +500,7 @@ fn openapi_describes_every_route() {
         "ToolShape",
         "ContractReport",
         "Timeline",
+        "RecentCall",
         "ToolCallSpan",
         "ErrorBody",
     ] {

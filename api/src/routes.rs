@@ -9,8 +9,8 @@ use axum::{Json, Router};
 use driftline_bus::{Message, Topic};
 #[allow(unused_imports)] // named in the OpenAPI annotations
 use driftline_schemas::api::{
-    AcceptResult, DriftImpact, ErrorBody, ReturnValueStats, ServerHealth, ShapeDriftList, ThresholdsView,
-    ToolSchema, ToolShape, ToolSummary,
+    AcceptResult, DriftImpact, ErrorBody, RecentCall, ReturnValueStats, ServerHealth, ShapeDriftList,
+    ThresholdsView, ToolSchema, ToolShape, ToolSummary,
 };
 #[allow(unused_imports)] // named in the OpenAPI annotations
 use driftline_schemas::SchemaDriftEvent;
@@ -38,6 +38,7 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(server_tools))
         .routes(routes!(tools))
         .routes(routes!(tool_shape))
+        .routes(routes!(tool_calls))
         .routes(routes!(crate::timeline::tool_contract))
         .routes(routes!(crate::timeline::tool_timeline))
         .routes(routes!(crate::timeline::server_timeline))
@@ -220,6 +221,34 @@ async fn tool_shape(
             Err(ApiError::not_found(format!("no calls of {server}/{tool} have been seen in this project")))
         }
     }
+}
+
+#[utoipa::path(get, path = "/api/tools/{server}/{tool}/calls", tag = "tools",
+    params(("server" = String, Path, description = "Server name"), ("tool" = String, Path, description = "Tool name"),
+        ("hours" = Option<u32>, Query, description = "Calls received in the last 1-720 hours, default 1"),
+        ("limit" = Option<u32>, Query, description = "1-1000, default 100")),
+    responses((status = 200, description = "The tool's stored calls, newest first", body = [RecentCall]),
+        (status = 400, body = ErrorBody)))]
+async fn tool_calls(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path((server, tool)): Path<(String, String)>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Answer {
+    let who = state.auth.authorize(&headers, Scope::Read)?;
+    let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
+    let params = Params(params);
+    let hours = params.int("hours", 1, 1, 720)?;
+    let limit = params.int("limit", 100, 1, 1000)?;
+    let now = (state.clock)().as_millis();
+    let since = driftline_schemas::Timestamp::from_millis(now - i64::from(hours) * 3_600_000)
+        .ok_or_else(|| ApiError::bad_request("time out of range"))?;
+    let calls = state
+        .store
+        .recent_calls(&who.project, &server, &tool, since, limit)
+        .await
+        .map_err(ApiError::store_unavailable)?;
+    ok(calls)
 }
 
 #[utoipa::path(get, path = "/api/shape-drift", tag = "tools", params(("hours" = Option<u32>, Query, description = "1-720, default 24")),

@@ -44,3 +44,6 @@ CREATE TABLE agent_rollups (
     sessions BLOB NOT NULL,                 -- SessionSketch
     PRIMARY KEY (project, server, tool, bucket_seconds, bucket_ms, agent)
 ) WITHOUT ROWID;
+
+-- Timelines read rollups now; no query reads calls by when they started.
+DROP INDEX IF EXISTS tool_calls_by_start;

@@ -248,6 +248,23 @@ pub struct ContractReport {
     pub signal_groups: Vec<SignalGroup>,
 }
 
+/// One stored call, as the drill-down into a tool's raw calls lists it (newest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RecentCall {
+    pub span_id: String,
+    pub session_id: Option<String>,
+    pub agent_name: Option<String>,
+    pub started_at: Timestamp,
+    pub ingested_at: Timestamp,
+    pub duration_ms: f64,
+    /// `success` or `error`.
+    pub status: String,
+    pub error: Option<String>,
+    pub shape_outcome: String,
+    pub shape_hash: Option<String>,
+    pub compact_bytes: Option<u64>,
+}
+
 /// One time bucket of a tool's (or a server's) calls.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CallBucket {

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use driftline_bus::Positions;
 use driftline_schemas::api::{
-    CallBucket, DriftImpact, OutcomeCounts, ReturnValueStats, ServerHealth, ShapeState, SignalGroup,
-    ToolSchema, ToolShape, ToolSummary,
+    CallBucket, DriftImpact, OutcomeCounts, RecentCall, ReturnValueStats, ServerHealth, ShapeState,
+    SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
@@ -250,6 +250,16 @@ pub trait QueryStore: Send + Sync {
     ) -> Result<ReturnValueStats, StoreError>;
     /// Per bucket: calls, errors, latency percentiles and the dominant shape's share (timelines).
     async fn call_buckets(&self, query: BucketQuery<'_>) -> Result<Vec<CallBucket>, StoreError>;
+    /// The drill-down into raw calls: a tool's calls received at or after `since`, newest first (by receipt,
+    /// then start), at most `limit` (the only read of raw calls; every count comes from rollups).
+    async fn recent_calls(
+        &self,
+        project: &str,
+        server: &str,
+        tool: &str,
+        since: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecentCall>, StoreError>;
     /// Shape signals of a server's tools (or one tool) detected at or after `from`, oldest first.
     async fn signals(
         &self,

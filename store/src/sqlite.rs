@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use driftline_schemas::api::{
-    CallBucket, DriftImpact, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape, ToolSummary,
+    CallBucket, DriftImpact, RecentCall, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape,
+    ToolSummary,
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
@@ -104,17 +105,19 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
 
 fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
     for row in &batch.states {
-        transaction.execute(
-            "INSERT INTO detector_state (kind, key, stream, state) VALUES (?1, ?2, ?3, ?4)
+        transaction
+            .prepare_cached(
+                "INSERT INTO detector_state (kind, key, stream, state) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (kind, key) DO UPDATE SET stream = excluded.stream, state = excluded.state",
-            params![row.kind, row.key, row.stream, row.state],
-        )?;
+            )?
+            .execute(params![row.kind, row.key, row.stream, row.state])?;
     }
     for event in &batch.events {
-        transaction.execute(
+        transaction.prepare_cached(
             "INSERT OR IGNORE INTO schema_drift_events (id, project, server_name, detected_at, previous_hash,
                  current_hash, status, max_classification, max_severity, accepted_by, accepted_at, event)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )?.execute(
             params![
                 event.id,
                 event.project,
@@ -132,8 +135,9 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         )?;
     }
     for update in &batch.event_updates {
-        transaction.execute(
+        transaction.prepare_cached(
             "UPDATE schema_drift_events SET status = ?2, accepted_by = ?3, accepted_at = ?4 WHERE id = ?1",
+        )?.execute(
             params![
                 update.id,
                 name(&update.status)?,
@@ -143,9 +147,10 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         )?;
     }
     for acceptance in &batch.acceptances {
-        transaction.execute(
+        transaction.prepare_cached(
             "INSERT OR IGNORE INTO baseline_acceptances (id, project, server_name, previous_hash, new_hash,
                  accepted_by, accepted_at, event_ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?.execute(
             params![
                 acceptance.id,
                 acceptance.project,
@@ -159,12 +164,13 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         )?;
     }
     for server in &batch.servers {
-        transaction.execute(
+        transaction.prepare_cached(
             "INSERT INTO servers (project, server_name, status, schema_hash, tool_count, last_seen, note, latency_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (project, server_name) DO UPDATE SET status = excluded.status,
                  schema_hash = excluded.schema_hash, tool_count = excluded.tool_count,
                  last_seen = excluded.last_seen, note = excluded.note, latency_ms = excluded.latency_ms",
+        )?.execute(
             params![
                 server.project,
                 server.server_name,
@@ -178,16 +184,16 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         )?;
     }
     for (project, server, captured_at, hash, tools) in &batch.tool_lists {
-        transaction.execute(
-            "DELETE FROM tool_schemas WHERE project = ?1 AND server_name = ?2",
-            params![project, server],
-        )?;
+        transaction
+            .prepare_cached("DELETE FROM tool_schemas WHERE project = ?1 AND server_name = ?2")?
+            .execute(params![project, server])?;
         for tool in tools {
             let Some(tool_name) = tool.get("name").and_then(Value::as_str) else { continue };
             let input = tool.get("inputSchema").cloned().unwrap_or_else(|| Value::Object(Default::default()));
-            transaction.execute(
+            transaction.prepare_cached(
                 "INSERT OR REPLACE INTO tool_schemas (project, server_name, tool_name, description, input_schema,
                      captured_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?.execute(
                 params![
                     project,
                     server,
@@ -198,38 +204,42 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
                 ],
             )?;
         }
-        transaction.execute(
+        transaction.prepare_cached(
             "INSERT OR IGNORE INTO server_snapshots (project, server_name, schema_hash, captured_at, tools)
              VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?.execute(
             params![project, server, hash, ms(*captured_at), text(tools)?],
         )?;
     }
     for notification in &batch.notifications {
-        transaction.execute(
-            "INSERT OR IGNORE INTO notifications (id, project, server_name, kind, at, body)
+        transaction
+            .prepare_cached(
+                "INSERT OR IGNORE INTO notifications (id, project, server_name, kind, at, body)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
+            )?
+            .execute(params![
                 notification.id,
                 notification.project,
                 notification.server_name,
                 notification.kind.as_str(),
                 ms(notification.at),
                 text(notification)?
-            ],
-        )?;
+            ])?;
     }
     for (identity, position, ingested_at) in &batch.call_identities {
-        transaction.execute(
+        transaction.prepare_cached(
             "INSERT OR IGNORE INTO call_identities (identity, partition, offset, ingested_at) VALUES (?1, ?2, ?3, ?4)",
+        )?.execute(
             params![identity, position.partition, position.offset as i64, ms(*ingested_at)],
         )?;
     }
     write_rollups(transaction, &batch.rollups)?;
     for (id, _, call) in &batch.calls {
-        transaction.execute(
+        transaction.prepare_cached(
             "INSERT OR IGNORE INTO tool_calls (id, project, server, tool, span_id, session_id, agent_name,
                  started_at, ingested_at, duration_ms, status, error, shape_outcome, shape_hash, compact_bytes)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        )?.execute(
             params![
                 id,
                 call.project.as_str(),
@@ -250,9 +260,10 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         )?;
     }
     for signal in &batch.signals {
-        transaction.execute(
+        transaction.prepare_cached(
             "INSERT OR IGNORE INTO shape_drift_signals (id, project, server, tool, detected_at, shape_hash, signal)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?.execute(
             params![
                 signal.id,
                 signal.project,
@@ -265,31 +276,35 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         )?;
     }
     for row in &batch.tool_shapes {
-        transaction.execute(
-            "INSERT INTO tool_shapes (project, server, tool, shape) VALUES (?1, ?2, ?3, ?4)
+        transaction
+            .prepare_cached(
+                "INSERT INTO tool_shapes (project, server, tool, shape) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (project, server, tool) DO UPDATE SET shape = excluded.shape",
-            params![row.project, row.shape.server, row.shape.tool, text(&row.shape)?],
-        )?;
+            )?
+            .execute(params![row.project, row.shape.server, row.shape.tool, text(&row.shape)?])?;
     }
     for (project, thresholds) in &batch.settings {
-        transaction.execute(
-            "INSERT INTO settings (project, thresholds) VALUES (?1, ?2)
+        transaction
+            .prepare_cached(
+                "INSERT INTO settings (project, thresholds) VALUES (?1, ?2)
              ON CONFLICT (project) DO UPDATE SET thresholds = excluded.thresholds",
-            params![project, text(thresholds)?],
-        )?;
+            )?
+            .execute(params![project, text(thresholds)?])?;
     }
     for (id, at, result) in &batch.applied_commands {
-        transaction.execute(
-            "INSERT OR IGNORE INTO applied_commands (id, applied_at, result) VALUES (?1, ?2, ?3)",
-            params![id, ms(*at), text(result)?],
-        )?;
+        transaction
+            .prepare_cached(
+                "INSERT OR IGNORE INTO applied_commands (id, applied_at, result) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![id, ms(*at), text(result)?])?;
     }
     for (partition, offset) in &batch.positions {
-        transaction.execute(
-            "INSERT INTO consumer_positions (consumer, partition, offset) VALUES (?1, ?2, ?3)
+        transaction
+            .prepare_cached(
+                "INSERT INTO consumer_positions (consumer, partition, offset) VALUES (?1, ?2, ?3)
              ON CONFLICT (consumer, partition) DO UPDATE SET offset = excluded.offset",
-            params![WORKER, partition, *offset as i64],
-        )?;
+            )?
+            .execute(params![WORKER, partition, *offset as i64])?;
     }
     Ok(())
 }
@@ -937,6 +952,44 @@ impl QueryStore for SqliteStore {
             })
             .await?;
         views::call_buckets(&owned, rollup::bucket_aggregates(from, bucket, rows)?)
+    }
+
+    async fn recent_calls(
+        &self,
+        project: &str,
+        server: &str,
+        tool: &str,
+        since: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecentCall>, StoreError> {
+        let (project, server, tool) = (project.to_owned(), server.to_owned(), tool.to_owned());
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT span_id, session_id, agent_name, started_at, ingested_at, duration_ms, status, error,
+                        shape_outcome, shape_hash, compact_bytes
+                 FROM tool_calls WHERE project = ?1 AND server = ?2 AND tool = ?3 AND ingested_at >= ?4
+                 ORDER BY ingested_at DESC, started_at DESC, span_id DESC LIMIT ?5",
+            )?;
+            let mut rows = select.query(params![project, server, tool, ms(since), limit])?;
+            let mut calls = Vec::new();
+            while let Some(row) = rows.next()? {
+                calls.push(RecentCall {
+                    span_id: row.get(0)?,
+                    session_id: row.get(1)?,
+                    agent_name: row.get(2)?,
+                    started_at: timestamp(row.get(3)?)?,
+                    ingested_at: timestamp(row.get(4)?)?,
+                    duration_ms: row.get(5)?,
+                    status: row.get(6)?,
+                    error: row.get(7)?,
+                    shape_outcome: row.get(8)?,
+                    shape_hash: row.get(9)?,
+                    compact_bytes: row.get::<_, Option<i64>>(10)?.map(|b| b as u64),
+                });
+            }
+            Ok(calls)
+        })
+        .await
     }
 
     async fn signals(

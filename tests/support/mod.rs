@@ -347,9 +347,19 @@ pub fn outputs(client: &Client) -> Value {
         .map(|g| json!({"fingerprint": g["fingerprint"], "occurrences": g["occurrences"], "sample": g["sample_span_id"]}))
         .collect();
     let server = client.get("/api/health/servers/srv").1;
+    // Reads of traffic come from rollups: the counts must not depend on where the detector was killed.
+    let stats = client.get("/api/settings/return-value-stats").1;
+    let impact = client.get("/api/health/servers/srv/drift-impact?tool_name=lookup").1;
+    let consumers: Vec<Value> = impact["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .map(|c| json!([c["agent_name"], c["session_count"], c["call_count"], c["error_count"]]))
+        .collect();
     json!({"events": events, "groups": groups, "status": shape["status"], "telemetry": shape["telemetry"],
         "server": [server["status"], server["schema_hash"], server["open_drift"]],
-        "calls": client.get("/api/tools").1[0]["calls"]})
+        "calls": client.get("/api/tools").1[0]["calls"], "outcomes": stats["totals"],
+        "impact": [consumers, impact["total_sessions"]]})
 }
 
 pub fn wait_for_calls(client: &Client, calls: u64) {
