@@ -206,6 +206,7 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
         "shape_drift": store.shape_drift(project, 24, now).await.expect("shape drift"),
         "thresholds": store.thresholds(project).await.expect("thresholds"),
         "return_value_stats": store.return_value_stats(project, 24, now).await.expect("stats"),
+        "recent_calls": store.recent_calls(project, "srv", "search", at(-3_600_000), 5).await.expect("calls"),
         "drift_impact": impact,
         "timelines": timelines,
     })
