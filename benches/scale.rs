@@ -650,7 +650,6 @@ fn main() {
                 let timings = measure(store.as_ref(), raw.as_ref(), &config, now).await;
                 checkpoints.push(json!({"calls": loaded, "load_calls_per_s": count as f64 / seconds, "reads": timings}));
             }
-            print_table(&kind, &checkpoints);
             report["stores"][&kind] = json!({"write_overhead": overhead, "checkpoints": checkpoints});
             drop(store);
             if std::env::var_os("SCALE_KEEP").is_none() {
@@ -658,37 +657,60 @@ fn main() {
             }
         });
     }
+    print_report(&report);
     let path = dir.parent().expect("target").join("bench-scale.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON")).expect("write the report");
     println!("written to {}", path.display());
 }
 
-fn print_table(kind: &str, checkpoints: &[Value]) {
+/// One table of every store: each read at each checkpoint, from rollups and from raw calls, and the writes.
+fn print_report(report: &Value) {
+    let stores = report["stores"].as_object().cloned().unwrap_or_default();
+    let points: Vec<u64> = stores
+        .values()
+        .next()
+        .and_then(|store| store["checkpoints"].as_array())
+        .map(|points| points.iter().filter_map(|p| p["calls"].as_u64()).collect())
+        .unwrap_or_default();
     let mut table = comfy_table::Table::new();
-    let mut header = vec!["read".to_owned()];
-    for point in checkpoints {
-        let calls = point["calls"].as_u64().unwrap_or_default();
-        header.push(format!("{}M calls: rollups p50 / p95", calls as f64 / 1e6));
-        header.push("raw scan p50 / p95".to_owned());
+    let mut header = vec!["store".to_owned(), "API read (p50 / p95)".to_owned()];
+    for calls in &points {
+        header.push(format!("{} M calls: rollups", *calls as f64 / 1e6));
+        header.push("raw scan (runs)".to_owned());
     }
     table.set_header(header);
-    let reads = checkpoints.first().and_then(|p| p["reads"].as_array()).cloned().unwrap_or_default();
-    for (i, read) in reads.iter().enumerate() {
-        let mut row = vec![read["read"].as_str().unwrap_or_default().to_owned()];
-        for point in checkpoints {
-            let timing = &point["reads"][i];
-            let ms = |key: &str| timing[key].as_f64().unwrap_or(f64::NAN);
-            row.push(format!("{:.1} / {:.1} ms", ms("rollups_p50_ms"), ms("rollups_p95_ms")));
-            row.push(format!(
-                "{:.0} / {:.0} ms ({}×)",
-                ms("raw_p50_ms"),
-                ms("raw_p95_ms"),
-                timing["raw_runs"].as_u64().unwrap_or_default()
-            ));
+    for (kind, store) in &stores {
+        let checkpoints = store["checkpoints"].as_array().cloned().unwrap_or_default();
+        let reads = checkpoints.first().and_then(|p| p["reads"].as_array()).cloned().unwrap_or_default();
+        for (i, read) in reads.iter().enumerate() {
+            let mut row = vec![kind.clone(), read["read"].as_str().unwrap_or_default().to_owned()];
+            for point in &checkpoints {
+                let timing = &point["reads"][i];
+                let ms = |key: &str| timing[key].as_f64().unwrap_or(f64::NAN);
+                row.push(format!("{:.1} / {:.1} ms", ms("rollups_p50_ms"), ms("rollups_p95_ms")));
+                let runs = timing["raw_runs"].as_u64().unwrap_or_default();
+                row.push(format!("{:.0} / {:.0} ms ({runs})", ms("raw_p50_ms"), ms("raw_p95_ms")));
+            }
+            table.add_row(row);
+        }
+        let mut row = vec![kind.clone(), "store writes, with rollups (calls/s)".to_owned()];
+        for point in &checkpoints {
+            row.push(format!("{:.0}", point["load_calls_per_s"].as_f64().unwrap_or(f64::NAN)));
+            row.push(String::new());
         }
         table.add_row(row);
+        if let Some(overhead) = store["write_overhead"].as_object() {
+            let number = |key: &str| overhead.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN);
+            table.add_row(vec![
+                kind.clone(),
+                format!(
+                    "rollup write overhead ({} calls, with vs without)",
+                    overhead.get("sample_calls").and_then(Value::as_u64).unwrap_or_default()
+                ),
+                format!("{:+.1} µs per call ({:.2}×)", number("overhead_us_per_call"), number("ratio")),
+            ]);
+        }
     }
-    println!(
-        "{kind}: API reads of traffic, from rollups and from raw calls (same data, same answers)\n{table}"
-    );
+    println!("API reads of traffic from rollups, next to the raw-call scans they replaced (same data, same answers)");
+    println!("{table}");
 }

@@ -479,8 +479,42 @@ proptest! {
     }
 }
 
-/// A store an older driftline wrote: calls, state and positions, no rollup rows and no marks.
-async fn upgrade(store: Arc<dyn Store>, dir: &std::path::Path, forget: impl FnOnce()) -> (Value, Value) {
+/// A driftline without rollups, as its store sees it: batches without rollup rows or rollup marks.
+struct WithoutRollups {
+    inner: Arc<dyn Store>,
+}
+
+#[async_trait]
+impl DetectorStore for WithoutRollups {
+    async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
+        let states = batch.states.into_iter().filter(|s| s.kind != "rollups").collect();
+        self.inner.apply(Batch { rollups: Vec::new(), states, ..batch }).await
+    }
+    async fn rollups(&self, _: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn backfill_rollups(
+        &self,
+        _: &[(driftline_schemas::ToolKey, InputPosition)],
+        _: rollup::Backfill,
+    ) -> Result<Vec<Rollup>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
+        self.inner.resume(streams).await
+    }
+    async fn stored_calls(
+        &self,
+        identities: &[String],
+        since: Timestamp,
+    ) -> Result<std::collections::HashMap<String, InputPosition>, StoreError> {
+        self.inner.stored_calls(identities, since).await
+    }
+}
+
+/// Calls read in turn by a driftline without rollups (before an upgrade), with them, without them again (an
+/// old detector still running during a rolling upgrade) and with them: every call is in the rollups.
+async fn upgrade(store: Arc<dyn Store>, dir: &std::path::Path) -> (Value, Value) {
     let now = chrono::Utc::now().timestamp_millis();
     let calls: Vec<Call> = (0..60)
         .map(|i| Call {
@@ -495,43 +529,33 @@ async fn upgrade(store: Arc<dyn Store>, dir: &std::path::Path, forget: impl FnOn
         })
         .collect();
     let bus = SqliteBus::open(&dir.join("bus.db"), wall_clock).expect("bus");
-    bus.publish(calls[..40].iter().enumerate().map(|(i, c)| record("p", i, c, now)).collect())
-        .await
-        .expect("publish");
-    let mut worker =
-        Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
-    while worker.poll_once(15, Duration::ZERO).await.expect("a batch").records > 0 {}
-    drop(worker);
-    forget();
-    bus.publish(calls[40..].iter().enumerate().map(|(i, c)| record("p", 40 + i, c, now)).collect())
-        .await
-        .expect("publish");
-    let mut worker =
-        Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
-    while worker.poll_once(15, Duration::ZERO).await.expect("a batch").records > 0 {}
+    let old: Arc<dyn DetectorStore> = Arc::new(WithoutRollups { inner: store.clone() });
+    for (range, detector) in [
+        (0..20, old.clone()),
+        (20..35, store.clone() as Arc<dyn DetectorStore>),
+        (35..50, old),
+        (50..60, store.clone()),
+    ] {
+        let records = range.clone().map(|i| record("p", i, &calls[i], now)).collect();
+        bus.publish(records).await.expect("publish");
+        let mut worker =
+            Worker::resume(bus.consumer(), detector, WorkerSettings::default()).await.expect("worker");
+        while worker.poll_once(15, Duration::ZERO).await.expect("a batch").records > 0 {}
+    }
     (reads(store.as_ref(), "p", now).await, expected(&calls, now))
 }
 
 #[test]
-fn sqlite_rollups_are_rebuilt_over_calls_stored_before_them() {
+fn sqlite_rollups_are_rebuilt_over_calls_read_without_them() {
     let dir = support::temp_dir("rollups-upgrade-sqlite");
-    let path = dir.join("store.db");
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).expect("store"));
-    let forget = || {
-        let connection = rusqlite::Connection::open(&path).expect("open");
-        connection
-            .execute_batch(
-                "DELETE FROM tool_rollups; DELETE FROM agent_rollups; DELETE FROM detector_state WHERE kind = 'rollups';",
-            )
-            .expect("forget rollups");
-    };
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("store.db")).expect("store"));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let (actual, expected) = runtime.block_on(upgrade(store, &dir, forget));
+    let (actual, expected) = runtime.block_on(upgrade(store, &dir));
     check(&actual, &expected).expect("rollups equal the calls");
 }
 
 #[test]
-fn clickhouse_rollups_are_rebuilt_over_calls_stored_before_them() {
+fn clickhouse_rollups_are_rebuilt_over_calls_read_without_them() {
     let dir = support::temp_dir("rollups-upgrade-clickhouse");
     let database = format!("rollups_upgrade_{}", std::process::id());
     let settings = ClickHouseSettings {
@@ -540,21 +564,13 @@ fn clickhouse_rollups_are_rebuilt_over_calls_stored_before_them() {
         user: None,
         password: None,
     };
-    let sql = |statement: &str| {
-        let url = format!("{}/?database={database}&mutations_sync=1", support::clickhouse_url());
-        ureq::post(&url).send(statement).unwrap_or_else(|err| panic!("{statement}: {err}"));
-    };
-    let forget = || {
-        sql("TRUNCATE TABLE tool_rollups");
-        sql("TRUNCATE TABLE agent_rollups");
-        sql("ALTER TABLE detector_state DELETE WHERE kind = 'rollups'");
-    };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (actual, expected) = runtime.block_on(async {
         driftline_store::migrate_clickhouse(&settings).await.expect("migrate");
         let store: Arc<dyn Store> = Arc::new(ClickHouseStore::connect(&settings).await.expect("connect"));
-        upgrade(store, &dir, forget).await
+        upgrade(store, &dir).await
     });
     check(&actual, &expected).expect("rollups equal the calls");
-    sql(&format!("DROP DATABASE IF EXISTS {database} SYNC"));
+    let url = format!("{}/", support::clickhouse_url());
+    let _ = ureq::post(&url).send(format!("DROP DATABASE IF EXISTS {database} SYNC").as_str());
 }

@@ -122,16 +122,18 @@ pub struct Worker<C> {
     quarantined: BTreeMap<String, String>,
     /// Rollup rows as stored (those written since the last reload, and those read before folding).
     rollups: RollupCache,
-    /// Streams whose calls are all in rollups (a `rollups` state row each): a stream stored by a version
-    /// without rollups is backfilled once from its stored calls.
-    rollup_streams: BTreeSet<u32>,
+    /// Per stream, the input position up to which its calls are in rollups (a `rollups` state row each,
+    /// written with every batch). A stream whose stored position is past it was read by a driftline without
+    /// rollups (before an upgrade, or beside it during a rolling one): its rollups are rebuilt from the
+    /// stored calls before the worker reads on.
+    rollup_marks: BTreeMap<u32, u64>,
 }
 
-/// The state row that marks a stream's calls as kept in rollups.
+/// The state row that says up to where a stream's calls are in rollups.
 const ROLLUP_MARK: &str = "rollups";
 
-fn rollup_mark(stream: u32) -> DetectorState {
-    DetectorState { kind: ROLLUP_MARK.to_owned(), key: stream.to_string(), stream, state: "1".to_owned() }
+fn rollup_mark(stream: u32, offset: u64) -> DetectorState {
+    DetectorState { kind: ROLLUP_MARK.to_owned(), key: stream.to_string(), stream, state: offset.to_string() }
 }
 
 /// How often a member of a consumer group re-reads every project's thresholds from the store.
@@ -168,7 +170,7 @@ impl<C: Consumer> Worker<C> {
             lag_labels: Vec::new(),
             quarantined: BTreeMap::new(),
             rollups: RollupCache::default(),
-            rollup_streams: BTreeSet::new(),
+            rollup_marks: BTreeMap::new(),
         };
         worker.reload().await?;
         Ok(worker)
@@ -201,7 +203,7 @@ impl<C: Consumer> Worker<C> {
         self.positions.clear();
         self.quarantined.clear();
         self.rollups.clear();
-        self.rollup_streams.clear();
+        self.rollup_marks.clear();
         self.restore(resume)?;
         self.backfill_rollups().await?;
         self.consumer.rewind(&self.positions).await?;
@@ -226,10 +228,9 @@ impl<C: Consumer> Worker<C> {
                     self.tool_streams.insert(parsed, stream);
                     Ok(())
                 }),
-                ROLLUP_MARK => {
-                    self.rollup_streams.insert(stream);
-                    Ok(())
-                }
+                ROLLUP_MARK => state.parse::<u64>().map_err(|err| err.to_string()).map(|offset| {
+                    self.rollup_marks.insert(stream, offset);
+                }),
                 _ => Ok(()),
             };
             // One unreadable row must not stop every key: that key is quarantined, the rest resume.
@@ -266,7 +267,7 @@ impl<C: Consumer> Worker<C> {
         self.server_streams.retain(|_, s| !revoked.contains(s));
         self.tool_streams.retain(|_, s| !revoked.contains(s));
         self.positions.retain(|s, _| !revoked.contains(s));
-        self.rollup_streams.retain(|s| !revoked.contains(s));
+        self.rollup_marks.retain(|s, _| !revoked.contains(s));
         let resume = self.store.resume(Streams::Only(&change.assigned)).await?;
         self.restore(resume)?;
         self.backfill_rollups().await?;
@@ -318,10 +319,8 @@ impl<C: Consumer> Worker<C> {
         }
         let positions = batch.positions.clone();
         self.fold_rollups(&mut batch).await?;
-        // A stream's first stored batch marks its calls as kept in rollups, with its first positions.
-        let new_streams: Vec<u32> =
-            positions.keys().filter(|s| !self.rollup_streams.contains(s)).copied().collect();
-        batch.states.extend(new_streams.iter().map(|s| rollup_mark(*s)));
+        // Every batch says up to where its streams' calls are in rollups, in the write of its positions.
+        batch.states.extend(positions.iter().map(|(stream, offset)| rollup_mark(*stream, *offset)));
         self.flush_state(&mut batch, &dirty)?;
         let started = std::time::Instant::now();
         // Dead letters are durable before the position that skips them (a replay may publish one twice;
@@ -365,7 +364,7 @@ impl<C: Consumer> Worker<C> {
             return Err(err.into());
         }
         self.stale = false;
-        self.rollup_streams.extend(new_streams);
+        self.rollup_marks.extend(positions.iter().map(|(s, o)| (*s, *o)));
         let seconds = started.elapsed().as_secs_f64();
         metrics::FLUSH_SECONDS.observe(seconds);
         metrics::BATCH_SIZE.observe(records.len() as f64);
@@ -381,21 +380,25 @@ impl<C: Consumer> Worker<C> {
         Ok(Progress { records: records.len() })
     }
 
-    /// Streams this detector resumed whose calls an older version stored without rollups: rebuilds their
-    /// rollup rows from the stored calls (each included up to the stream's stored position) and marks the
-    /// streams, in one batch, before reading on.
+    /// Streams this detector resumed whose stored position is past the calls in rollups (an older version,
+    /// or one beside this during a rolling upgrade, read them): rebuilds their rollup rows from the stored
+    /// calls, each included up to the stream's stored position, and marks the streams, in one batch, before
+    /// reading on. A rebuilt row holds every stored call, so it never has fewer than the row it replaces.
     async fn backfill_rollups(&mut self) -> Result<(), WorkerError> {
-        let pending: BTreeSet<u32> =
-            self.positions.keys().filter(|s| !self.rollup_streams.contains(s)).copied().collect();
+        let pending: BTreeMap<u32, u64> = self
+            .positions
+            .iter()
+            .filter(|(stream, offset)| self.rollup_marks.get(stream).is_none_or(|mark| mark < offset))
+            .map(|(s, o)| (*s, *o))
+            .collect();
         if pending.is_empty() {
             return Ok(());
         }
         let tools: Vec<(ToolKey, driftline_schemas::InputPosition)> = self
             .tool_streams
             .iter()
-            .filter(|(_, stream)| pending.contains(stream))
             .filter_map(|(key, stream)| {
-                let offset = *self.positions.get(stream)?;
+                let offset = *pending.get(stream)?;
                 Some((key.clone(), driftline_schemas::InputPosition { partition: *stream, offset }))
             })
             .collect();
@@ -407,13 +410,13 @@ impl<C: Consumer> Worker<C> {
         let count = rows.len();
         let batch = Batch {
             rollups: rows,
-            states: pending.iter().map(|s| rollup_mark(*s)).collect(),
+            states: pending.iter().map(|(s, o)| rollup_mark(*s, *o)).collect(),
             ..Default::default()
         };
         self.store.apply(batch).await?;
         metrics::ROLLUP_ROWS.with_label_values(&["backfilled"]).inc_by(count as u64);
-        tracing::info!(streams = ?pending, tools = tools.len(), rows = count, seconds = started.elapsed().as_secs_f64(), "rollups rebuilt from stored calls");
-        self.rollup_streams.extend(pending);
+        tracing::info!(streams = ?pending.keys().collect::<Vec<_>>(), tools = tools.len(), rows = count, seconds = started.elapsed().as_secs_f64(), "rollups rebuilt from stored calls");
+        self.rollup_marks.extend(pending);
         Ok(())
     }
 
