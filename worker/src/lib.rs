@@ -345,6 +345,7 @@ impl<C: Consumer> Worker<C> {
         }
         // Only a cache: if the batch is not stored, the reload below forgets every row.
         self.rollups.trim(&batch.rollups);
+        let rollup_rows = batch.rollups.len();
         // A slow store must not freeze the lag gauge: it keeps following the bus while the batch is written.
         let store = self.store.clone();
         let apply = store.apply(batch);
@@ -365,6 +366,7 @@ impl<C: Consumer> Worker<C> {
         }
         self.stale = false;
         self.rollup_marks.extend(positions.iter().map(|(s, o)| (*s, *o)));
+        metrics::ROLLUP_ROWS.with_label_values(&["written"]).inc_by(rollup_rows as u64);
         let seconds = started.elapsed().as_secs_f64();
         metrics::FLUSH_SECONDS.observe(seconds);
         metrics::BATCH_SIZE.observe(records.len() as f64);
@@ -376,7 +378,7 @@ impl<C: Consumer> Worker<C> {
         }
         metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
         metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
-        tracing::debug!(records = records.len(), seconds, lag, "batch stored");
+        tracing::debug!(records = records.len(), rollup_rows, seconds, lag, "batch stored");
         Ok(Progress { records: records.len() })
     }
 
@@ -434,7 +436,6 @@ impl<C: Consumer> Worker<C> {
             .rollups
             .fold(batch.calls.iter().map(|(_, position, call)| (call, *position)))
             .map_err(|err| WorkerError::Store(StoreError::Corrupt(err.to_string())))?;
-        metrics::ROLLUP_ROWS.with_label_values(&["written"]).inc_by(changed.len() as u64);
         tracing::debug!(rows = changed.len(), calls = batch.calls.len(), "rollup rows folded");
         batch.rollups = changed;
         Ok(())
