@@ -25,7 +25,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use driftline_schemas::{CallStatus, InputPosition, ShapeOutcome, ToolCallRecord};
 
 pub(crate) use read::{agent_stats, bucket_aggregates, outcome_rows, AgentRow, BucketRow};
-pub use sketch::{session_hash, LatencySketch, SessionSketch, ShapeCounts, SketchError, LATENCY_ACCURACY};
+pub use sketch::{
+    session_hash, LatencyMerge, LatencySketch, SessionSketch, ShapeCounts, SketchError, LATENCY_ACCURACY,
+};
 
 pub const MINUTE_MS: i64 = 60_000;
 pub const HOUR_MS: i64 = 3_600_000;

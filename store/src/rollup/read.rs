@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{LatencySketch, SessionSketch, ShapeCounts};
+use super::{LatencyMerge, SessionSketch, ShapeCounts};
 use crate::views::{AgentStats, BucketAggregate};
 use crate::StoreError;
 
@@ -65,7 +65,7 @@ pub(crate) struct BucketRow {
     pub bucket_ms: i64,
     pub calls: u64,
     pub errors: u64,
-    /// An encoded [`LatencySketch`].
+    /// An encoded [`super::LatencySketch`].
     pub latency: Vec<u8>,
     /// Encoded [`ShapeCounts`].
     pub shapes: Vec<u8>,
@@ -80,7 +80,7 @@ pub(crate) fn bucket_aggregates(
     struct Sum {
         calls: u64,
         errors: u64,
-        latency: LatencySketch,
+        latency: LatencyMerge,
         shapes: ShapeCounts,
     }
     let mut buckets: BTreeMap<i64, Sum> = BTreeMap::new();
@@ -89,24 +89,25 @@ pub(crate) fn bucket_aggregates(
         let sum = buckets.entry(index).or_insert_with(|| Sum {
             calls: 0,
             errors: 0,
-            latency: LatencySketch::default(),
+            latency: LatencyMerge::default(),
             shapes: ShapeCounts::default(),
         });
         sum.calls += row.calls;
         sum.errors += row.errors;
-        sum.latency.merge(&LatencySketch::decode(&row.latency)?);
+        sum.latency.add_encoded(&row.latency)?;
         sum.shapes.merge(&ShapeCounts::decode(&row.shapes)?);
     }
     Ok(buckets
         .into_iter()
         .map(|(index, sum)| {
+            let latency = sum.latency.finish();
             let aggregate = BucketAggregate {
                 calls: sum.calls,
                 errors: sum.errors,
                 fingerprinted: sum.shapes.total(),
                 dominant: sum.shapes.dominant(),
-                p50_ms: sum.latency.percentile(0.5),
-                p95_ms: sum.latency.percentile(0.95),
+                p50_ms: latency.percentile(0.5),
+                p95_ms: latency.percentile(0.95),
             };
             (index, aggregate)
         })

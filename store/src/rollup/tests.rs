@@ -105,6 +105,20 @@ proptest! {
     }
 
     #[test]
+    fn latency_merged_from_encodings_equals_merging_decoded_sketches(
+        parts in prop::collection::vec(prop::collection::vec(0.0f64..10_000.0, 0..80), 0..8),
+    ) {
+        let mut decoded = LatencySketch::default();
+        let mut streamed = LatencyMerge::default();
+        for part in &parts {
+            let bytes = latencies(part).encode();
+            decoded.merge(&LatencySketch::decode(&bytes).unwrap());
+            streamed.add_encoded(&bytes).unwrap();
+        }
+        prop_assert_eq!(streamed.finish(), decoded);
+    }
+
+    #[test]
     fn latency_encoding_round_trips(values in prop::collection::vec(0.0f64..1e7, 0..200)) {
         let sketch = latencies(&values);
         prop_assert_eq!(LatencySketch::decode(&sketch.encode()), Ok(sketch));
@@ -124,6 +138,10 @@ fn truncated_or_padded_encodings_are_refused() {
     assert!(LatencySketch::decode(&bytes[..bytes.len() - 1]).is_err());
     assert!(LatencySketch::decode(&[bytes.clone(), vec![0]].concat()).is_err());
     assert!(LatencySketch::decode(&[9]).is_err());
+    // A bin no latency falls in (a dense merge would allocate for every bin up to it).
+    let far_bin = [2, 0, 1, 0xfe, 0xff, 0xff, 0xff, 0x0f, 1];
+    assert!(LatencySketch::decode(&far_bin).is_err());
+    assert!(LatencyMerge::default().add_encoded(&far_bin).is_err());
     // A count far beyond the bytes that follow allocates nothing.
     assert!(SessionSketch::decode(&[1, 0xff, 0xff, 0xff, 0xff, 0x0f]).is_err());
 }
