@@ -315,7 +315,7 @@ impl LatencyMerge {
             self.first_bin = bin;
         } else if bin < self.first_bin {
             let grow = (self.first_bin - bin) as usize;
-            self.counts.splice(0..0, std::iter::repeat(0).take(grow));
+            self.counts.splice(0..0, std::iter::repeat_n(0, grow));
             self.first_bin = bin;
         }
         let at = (bin - self.first_bin) as usize;
