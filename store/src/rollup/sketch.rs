@@ -192,50 +192,21 @@ impl LatencySketch {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, SketchError> {
-        const WHAT: &str = "latency sketch";
-        let mut reader = Reader { bytes, what: WHAT };
-        let repr = match reader.byte()? {
-            1 => {
-                let n = reader.length(8)?;
-                let mut values = Vec::with_capacity(n);
-                for _ in 0..n {
-                    values.push(clean(f64::from_le_bytes(reader.array()?)));
-                }
-                values.sort_by(f64::total_cmp);
-                Latencies::Exact(values)
-            }
-            2 => {
-                let zeros = reader.varint()?;
-                let n = reader.length(2)?;
-                let mut bins = BTreeMap::new();
-                let mut previous = 0i64;
-                for _ in 0..n {
-                    let bin = previous.saturating_add(unzigzag(reader.varint()?));
-                    if !bin_in_range(bin) {
-                        return Err(bad(WHAT, "bin out of range"));
-                    }
-                    let bin = bin as i32;
-                    *bins.entry(bin).or_default() += reader.varint()?;
-                    previous = i64::from(bin);
-                }
-                Latencies::Binned { zeros, bins }
-            }
-            _ => return Err(bad(WHAT, "unknown version")),
-        };
-        reader.end()?;
-        Ok(LatencySketch { repr })
+        let mut merge = LatencyMerge::default();
+        merge.add_encoded(bytes)?;
+        Ok(merge.finish())
     }
 }
 
 /// Bins a stored sketch can hold: those of the values from [`MIN_BINNED_MS`] to `f64::MAX` (a dense
 /// count of every bin in range costs at most a few hundred kilobytes).
-fn bin_in_range(bin: i64) -> bool {
-    (i64::from(bin_of(MIN_BINNED_MS))..=i64::from(bin_of(f64::MAX))).contains(&bin)
+fn bin_range() -> std::ops::RangeInclusive<i64> {
+    i64::from(bin_of(MIN_BINNED_MS))..=i64::from(bin_of(f64::MAX))
 }
 
 /// Many encoded latency sketches merged straight from their bytes into dense bin counts: what a read of
 /// thousands of rows does (a timeline's day of minute rows), without a map per row. The result equals
-/// decoding each and [`LatencySketch::merge`]-ing them in order.
+/// decoding each and [`LatencySketch::merge`]-ing them in order; decoding one sketch is merging it alone.
 #[derive(Debug, Default)]
 pub struct LatencyMerge {
     exact: Vec<f64>,
@@ -269,10 +240,11 @@ impl LatencyMerge {
                 self.switch_to_bins();
                 self.zeros += reader.varint()?;
                 let n = reader.length(2)?;
+                let range = bin_range();
                 let mut previous = 0i64;
                 for _ in 0..n {
                     let bin = previous.saturating_add(unzigzag(reader.varint()?));
-                    if !bin_in_range(bin) {
+                    if !range.contains(&bin) {
                         return Err(bad(WHAT, "bin out of range"));
                     }
                     self.add_bin(bin as i32, reader.varint()?);
