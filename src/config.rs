@@ -335,6 +335,10 @@ pub struct DetectorConfig {
     /// A tool call sent again (same project, server, tool, trace and span id) within this many hours of
     /// the first is acknowledged and counted once. [1, 720]
     pub repeat_window_hours: u32,
+    /// Records the detector reads into one batch at most: a batch takes what the bus has ready, so under
+    /// light load batches stay small (low latency) and on a backlog each store write carries many records.
+    /// [1, 100000]
+    pub max_batch_records: usize,
     /// For tests only: the detector pauses this long after each stored batch, to be slower than its
     /// input (the consumer-lag tests). 0 in any real deployment. [0, 10000]
     pub test_batch_pause_ms: u64,
@@ -353,6 +357,7 @@ impl Default for DetectorConfig {
             baseline: BaselinePolicy::default(),
             high_risk_sessions: 10,
             repeat_window_hours: 24,
+            max_batch_records: 20_000,
             test_batch_pause_ms: 0,
             test_stop_after_batches: 0,
         }
@@ -554,6 +559,12 @@ impl Config {
             bail!(
                 "detector.repeat_window_hours = {} is out of bounds: it must be in [1, 720]",
                 self.detector.repeat_window_hours
+            );
+        }
+        if !(1..=100_000).contains(&self.detector.max_batch_records) {
+            bail!(
+                "detector.max_batch_records = {} is out of bounds: it must be in [1, 100000]",
+                self.detector.max_batch_records
             );
         }
         if self.detector.test_batch_pause_ms > 10_000 {

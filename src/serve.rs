@@ -147,6 +147,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         throttle: Duration::from_millis(config.detector.test_batch_pause_ms),
         stop_after_batches: Some(config.detector.test_stop_after_batches).filter(|&n| n > 0),
         tool_lists: config.limits.tool_lists(),
+        max_batch_records: config.detector.max_batch_records,
     };
     let store =
         if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };

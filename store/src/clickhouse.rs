@@ -1,7 +1,8 @@
 //! The production store: ClickHouse over HTTP (the `clickhouse` crate), tables from `schemas/clickhouse/`.
 //!
-//! A batch is written table by table, outputs first (the call rows last of them) and `detector_state`
-//! (state + positions, one insert, so one part) last. Every output row has a deterministic sort key and the tables are ReplacingMergeTree
+//! A batch is written in three steps: every output but the traffic (one insert per table, at once), then
+//! the traffic (rollups and call rows, at once), and `detector_state` (state + positions, one insert, so
+//! one part) last. Every output row has a deterministic sort key and the tables are ReplacingMergeTree
 //! read with FINAL, so re-writing a batch after a failure or crash changes nothing a query sees.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -35,6 +36,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/clickhouse/0004_rollups.sql"),
 ];
 const CONSUMER: &str = "detectors";
+/// Identities looked up in one query (a detector batch holds up to 100,000 records).
+const IDENTITIES_PER_LOOKUP: usize = 25_000;
 const POSITION: &str = "position";
 
 /// Where the ClickHouse HTTP interface is and which database holds driftline's tables.
@@ -563,6 +566,13 @@ fn last_per_key<T, K: Ord>(rows: Vec<T>, key: impl Fn(&T) -> K) -> Vec<T> {
     last.into_values().collect()
 }
 
+type Insert<'a> = futures_util::future::BoxFuture<'a, Result<(), StoreError>>;
+
+/// Runs inserts at once; the first error, once all are done (a failed batch is written again whole).
+async fn try_all(inserts: Vec<Insert<'_>>) -> Result<(), StoreError> {
+    futures_util::future::join_all(inserts).await.into_iter().collect()
+}
+
 impl ClickHouseStore {
     /// Connects to an already migrated database; fails with a hint when the tables are missing.
     pub async fn connect(settings: &ClickHouseSettings) -> Result<Self, StoreError> {
@@ -644,7 +654,7 @@ impl DetectorStore for ClickHouseStore {
             row.accepted_at = (update.status == EventStatus::Accepted).then(|| ms(update.at));
         }
         events.extend(updated);
-        self.insert("schema_drift_events", &last_per_key(events, |e| e.id.clone())).await?;
+        let events = last_per_key(events, |e| e.id.clone());
 
         let acceptances = batch
             .acceptances
@@ -662,7 +672,6 @@ impl DetectorStore for ClickHouseStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.insert("baseline_acceptances", &acceptances).await?;
 
         let servers = batch
             .servers
@@ -680,8 +689,7 @@ impl DetectorStore for ClickHouseStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.insert("servers", &last_per_key(servers, |s| (s.project.clone(), s.server_name.clone())))
-            .await?;
+        let servers = last_per_key(servers, |s| (s.project.clone(), s.server_name.clone()));
 
         let mut snapshots = Vec::new();
         let mut schemas = Vec::new();
@@ -711,10 +719,8 @@ impl DetectorStore for ClickHouseStore {
         let schemas = last_per_key(schemas, |s| {
             (s.project.clone(), s.server_name.clone(), s.schema_hash.clone(), s.tool_name.clone())
         });
-        self.insert("tool_schemas", &schemas).await?;
         let snapshots =
             last_per_key(snapshots, |s| (s.project.clone(), s.server_name.clone(), s.schema_hash.clone()));
-        self.insert("server_snapshots", &snapshots).await?;
 
         let signals = batch
             .signals
@@ -731,7 +737,6 @@ impl DetectorStore for ClickHouseStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.insert("shape_drift_signals", &signals).await?;
 
         let shapes = batch
             .tool_shapes
@@ -745,11 +750,7 @@ impl DetectorStore for ClickHouseStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.insert(
-            "tool_shapes",
-            &last_per_key(shapes, |s| (s.project.clone(), s.server.clone(), s.tool.clone())),
-        )
-        .await?;
+        let shapes = last_per_key(shapes, |s| (s.project.clone(), s.server.clone(), s.tool.clone()));
 
         let settings = batch
             .settings
@@ -758,7 +759,7 @@ impl DetectorStore for ClickHouseStore {
                 Ok(SettingRow { project: project.clone(), thresholds: text(thresholds)? })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.insert("settings", &last_per_key(settings, |s| s.project.clone())).await?;
+        let settings = last_per_key(settings, |s| s.project.clone());
 
         let commands = batch
             .applied_commands
@@ -767,7 +768,6 @@ impl DetectorStore for ClickHouseStore {
                 Ok(CommandRow { id: id.clone(), applied_at: ms(*at), result: text(result)? })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.insert("applied_commands", &commands).await?;
 
         let calls = batch
             .calls
@@ -802,7 +802,6 @@ impl DetectorStore for ClickHouseStore {
                 ingested_at: ms(*at),
             })
             .collect();
-        self.insert("call_identities", &identities).await?;
         let notifications = batch
             .notifications
             .iter()
@@ -817,14 +816,32 @@ impl DetectorStore for ClickHouseStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.insert("notifications", &notifications).await?;
+        // Every output but the traffic a reader counts is written at once (each table its own insert).
+        try_all(vec![
+            Box::pin(self.insert("schema_drift_events", &events)),
+            Box::pin(self.insert("baseline_acceptances", &acceptances)),
+            Box::pin(self.insert("servers", &servers)),
+            Box::pin(self.insert("tool_schemas", &schemas)),
+            Box::pin(self.insert("server_snapshots", &snapshots)),
+            Box::pin(self.insert("shape_drift_signals", &signals)),
+            Box::pin(self.insert("tool_shapes", &shapes)),
+            Box::pin(self.insert("settings", &settings)),
+            Box::pin(self.insert("applied_commands", &commands)),
+            Box::pin(self.insert("call_identities", &identities)),
+            Box::pin(self.insert("notifications", &notifications)),
+        ])
+        .await?;
         // Rollup rows are whole values: a row stored by a batch that crashed before its positions is
         // replaced by the same row, and its calls are skipped when replayed (see `rollup`).
         let (tool_rollups, agent_rollups) = rollup_rows(&batch.rollups);
-        self.insert("tool_rollups", &tool_rollups).await?;
-        self.insert("agent_rollups", &agent_rollups).await?;
-        // The calls come after every other output: a reader that sees a batch's calls sees all of it.
-        self.insert("tool_calls", &calls).await?;
+        // The traffic comes after every other output: a reader that sees a batch's calls (in rollups or
+        // raw) sees all of its signals, events and shapes.
+        try_all(vec![
+            Box::pin(self.insert("tool_rollups", &tool_rollups)),
+            Box::pin(self.insert("agent_rollups", &agent_rollups)),
+            Box::pin(self.insert("tool_calls", &calls)),
+        ])
+        .await?;
 
         // Last, in one insert: the state and the positions that the outputs above include.
         let mut state: Vec<StateRow> = batch
@@ -991,7 +1008,10 @@ impl DetectorStore for ClickHouseStore {
         let hex: Vec<&String> =
             identities.iter().filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_hexdigit())).collect();
         let mut stored = HashMap::new();
-        for chunk in hex.chunks(1000) {
+        // A detector batch in one query (each query reads the granules its identities fall in; random
+        // identities fall in most of them): its list of literals is longer than ClickHouse's default
+        // query size limit.
+        for chunk in hex.chunks(IDENTITIES_PER_LOOKUP) {
             let list = chunk.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(",");
             let rows: Vec<(String, u32, u64)> = self
                 .client
@@ -999,6 +1019,7 @@ impl DetectorStore for ClickHouseStore {
                     "SELECT identity, partition, offset FROM call_identities FINAL
                      WHERE identity IN ({list}) AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))"
                 ))
+                .with_setting("max_query_size", (list.len() + 4096).to_string())
                 .bind(ms(since))
                 .fetch_all()
                 .await?;

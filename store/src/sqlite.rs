@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0006_notifications.sql"),
     include_str!("../../schemas/sqlite/0007_calls_by_start.sql"),
     include_str!("../../schemas/sqlite/0008_rollups.sql"),
+    include_str!("../../schemas/sqlite/0009_append_keys.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -42,6 +43,8 @@ const WORKER: &str = "detectors";
 pub struct SqliteStore {
     writer: Arc<Mutex<Connection>>,
     reader: Arc<Mutex<Connection>>,
+    /// The detector's lookups of stored calls, which run while its previous batch is being written.
+    lookup: Arc<Mutex<Connection>>,
 }
 
 impl SqliteStore {
@@ -49,7 +52,8 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let writer = Connection::open(path)?;
         writer.pragma_update(None, "journal_mode", "WAL")?;
-        writer.pragma_update(None, "synchronous", "FULL")?;
+        writer.pragma_update(None, "synchronous", "NORMAL")?;
+        writer.pragma_update(None, "cache_size", -131_072)?;
         writer.busy_timeout(Duration::from_secs(5))?;
         // Checkpoints every 10,000 pages instead of 1,000: the index pages every batch touches (calls and
         // identities are keyed by hashes) are copied back once per checkpoint, not ten times (detector on
@@ -58,7 +62,16 @@ impl SqliteStore {
         migrate(&writer)?;
         let reader = Connection::open(path)?;
         reader.busy_timeout(Duration::from_secs(5))?;
-        Ok(SqliteStore { writer: Arc::new(Mutex::new(writer)), reader: Arc::new(Mutex::new(reader)) })
+        let lookup = Connection::open(path)?;
+        lookup.busy_timeout(Duration::from_secs(5))?;
+        // Another connection's commit empties this one's page cache: pages of the database file are read
+        // through a mapping instead of copied in.
+        lookup.pragma_update(None, "mmap_size", 1i64 << 30)?;
+        Ok(SqliteStore {
+            writer: Arc::new(Mutex::new(writer)),
+            reader: Arc::new(Mutex::new(reader)),
+            lookup: Arc::new(Mutex::new(lookup)),
+        })
     }
 
     async fn with<T: Send + 'static>(
@@ -230,17 +243,20 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         transaction.prepare_cached(
             "INSERT OR IGNORE INTO call_identities (identity, partition, offset, ingested_at) VALUES (?1, ?2, ?3, ?4)",
         )?.execute(
-            params![identity, position.partition, position.offset as i64, ms(*ingested_at)],
+            params![identity_key(identity), position.partition, position.offset as i64, ms(*ingested_at)],
         )?;
     }
     write_rollups(transaction, &batch.rollups)?;
-    for (id, _, call) in &batch.calls {
+    for (id, position, call) in &batch.calls {
         transaction.prepare_cached(
-            "INSERT OR IGNORE INTO tool_calls (id, project, server, tool, span_id, session_id, agent_name,
-                 started_at, ingested_at, duration_ms, status, error, shape_outcome, shape_hash, compact_bytes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            "INSERT OR IGNORE INTO tool_calls (partition, offset, id, project, server, tool, span_id, session_id,
+                 agent_name, started_at, ingested_at, duration_ms, status, error, shape_outcome, shape_hash,
+                 compact_bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )?.execute(
             params![
+                position.partition,
+                position.offset as i64,
                 id,
                 call.project.as_str(),
                 call.server.as_str(),
@@ -307,6 +323,24 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
             .execute(params![WORKER, partition, *offset as i64])?;
     }
     Ok(())
+}
+
+/// A call identity as stored: its 16 bytes when it is the 32 hex digits a call's identity is, else the text
+/// itself (SQLite never finds text equal to a blob, so the two cannot meet).
+fn identity_key(identity: &str) -> rusqlite::types::Value {
+    let mut bytes = [0u8; 16];
+    match hex::decode_to_slice(identity, &mut bytes) {
+        Ok(()) => rusqlite::types::Value::Blob(bytes.to_vec()),
+        Err(_) => rusqlite::types::Value::Text(identity.to_owned()),
+    }
+}
+
+fn sort_bytes(key: &rusqlite::types::Value) -> (bool, &[u8]) {
+    match key {
+        rusqlite::types::Value::Blob(bytes) => (true, bytes.as_slice()),
+        rusqlite::types::Value::Text(text) => (false, text.as_bytes()),
+        _ => (false, &[]),
+    }
 }
 
 const TOOL_ROLLUP_COLUMNS: &str = "project, server, tool, bucket_seconds, bucket_ms, through_partition,
@@ -616,22 +650,30 @@ impl DetectorStore for SqliteStore {
         identities: &[String],
         since: Timestamp,
     ) -> Result<HashMap<String, InputPosition>, StoreError> {
-        let identities = identities.to_vec();
-        self.read(move |connection| {
-            let mut select = connection.prepare_cached(
-                "SELECT partition, offset FROM call_identities WHERE identity = ?1 AND ingested_at >= ?2",
-            )?;
+        // In key order, so that consecutive lookups descend through the same pages.
+        let mut identities: Vec<(rusqlite::types::Value, String)> =
+            identities.iter().map(|identity| (identity_key(identity), identity.clone())).collect();
+        identities.sort_unstable_by(|a, b| sort_bytes(&a.0).cmp(&sort_bytes(&b.0)));
+        // One read transaction for all of them, not one per lookup.
+        Self::with(&self.lookup, move |connection| {
+            let transaction = connection.transaction()?;
             let mut stored = HashMap::new();
-            for identity in identities {
-                let found = select
-                    .query_row(params![identity, ms(since)], |row| {
-                        Ok(InputPosition { partition: row.get(0)?, offset: row.get::<_, i64>(1)? as u64 })
-                    })
-                    .optional()?;
-                if let Some(position) = found {
-                    stored.insert(identity, position);
+            {
+                let mut select = transaction.prepare_cached(
+                    "SELECT partition, offset FROM call_identities WHERE identity = ?1 AND ingested_at >= ?2",
+                )?;
+                for (key, identity) in identities {
+                    let found = select
+                        .query_row(params![key, ms(since)], |row| {
+                            Ok(InputPosition { partition: row.get(0)?, offset: row.get::<_, i64>(1)? as u64 })
+                        })
+                        .optional()?;
+                    if let Some(position) = found {
+                        stored.insert(identity, position);
+                    }
                 }
             }
+            transaction.commit()?;
             Ok(stored)
         })
         .await
@@ -1105,6 +1147,92 @@ mod tests {
         // Opening again applies nothing twice.
         let store = SqliteStore::open(&path).expect("reopen");
         assert_eq!(store.resume(Streams::All).await.expect("resume").positions, Positions::from([(0, 42)]));
+    }
+
+    /// A store of schema version 8 (calls keyed by a hash id, identities as hex text) upgraded to calls keyed
+    /// by position and packed identities: every stored call and identity is still found, and replays of new
+    /// records are still stored once.
+    #[tokio::test]
+    async fn calls_and_identities_stored_before_append_keys_are_kept() {
+        let dir = std::env::temp_dir().join(format!("driftline-store-append-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("driftline.db");
+        let now = Timestamp::from_millis(1_800_000_000_000).expect("time");
+        {
+            let old = Connection::open(&path).expect("open");
+            old.execute_batch(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .expect("migrations table");
+            for (index, sql) in MIGRATIONS[..8].iter().enumerate() {
+                old.execute_batch(&format!(
+                    "{sql}; INSERT INTO schema_migrations VALUES ({}, 0);",
+                    index + 1
+                ))
+                .expect("old schema");
+            }
+            old.execute_batch(&format!(
+                "INSERT INTO tool_calls (id, project, server, tool, span_id, started_at, ingested_at, duration_ms,
+                     status, shape_outcome) VALUES ('call-old', 'p', 's', 't', 'old-span', {at}, {at}, 5, 'success',
+                     'absent');
+                 INSERT INTO call_identities (identity, partition, offset, ingested_at)
+                     VALUES ('00112233445566778899aabbccddeeff', 0, 7, {at}), ('not-hex', 0, 8, {at});",
+                at = now.as_millis()
+            ))
+            .expect("old rows");
+        }
+        let store = SqliteStore::open(&path).expect("upgrade");
+        let since = Timestamp::from_millis(now.as_millis() - 1000).expect("since");
+        let identities =
+            ["00112233445566778899aabbccddeeff".to_owned(), "not-hex".to_owned(), "ff".repeat(16)];
+        let stored = store.stored_calls(&identities, since).await.expect("lookup");
+        assert_eq!(
+            stored,
+            HashMap::from([
+                (identities[0].clone(), InputPosition { partition: 0, offset: 7 }),
+                (identities[1].clone(), InputPosition { partition: 0, offset: 8 }),
+            ])
+        );
+        let call = |span: &str| driftline_schemas::ToolCallRecord {
+            schema_version: driftline_schemas::SCHEMA_VERSION,
+            project: driftline_schemas::ProjectName::parse("p".to_owned()).expect("project"),
+            span_id: span.to_owned(),
+            trace_id: None,
+            session_id: None,
+            agent_name: None,
+            server: driftline_schemas::ServerName::parse("s".to_owned()).expect("server"),
+            tool: driftline_schemas::ToolName::parse("t".to_owned()).expect("tool"),
+            started_at: now,
+            duration_ms: 5.0,
+            status: driftline_schemas::CallStatus::Success,
+            error: None,
+            ingested_at: now,
+            shape: None,
+            shape_hash: None,
+            compact_bytes: None,
+            shape_outcome: driftline_schemas::ShapeOutcome::Absent,
+        };
+        let batch = || Batch {
+            calls: (9..11)
+                .map(|offset| {
+                    (
+                        format!("call-{offset}"),
+                        InputPosition { partition: 0, offset },
+                        call(&format!("span-{offset}")),
+                    )
+                })
+                .collect(),
+            positions: Positions::from([(0, 10)]),
+            ..Default::default()
+        };
+        store.apply(batch()).await.expect("apply");
+        // A replay of the same records (their outputs stored again) adds nothing.
+        store.apply(batch()).await.expect("replay");
+        let calls = store.recent_calls("p", "s", "t", since, 100).await.expect("calls");
+        let mut spans: Vec<&str> = calls.iter().map(|c| c.span_id.as_str()).collect();
+        spans.sort_unstable();
+        assert_eq!(spans, ["old-span", "span-10", "span-9"]);
     }
 
     #[tokio::test]

@@ -53,6 +53,8 @@ pub struct WorkerSettings {
     pub stop_after_batches: Option<u64>,
     /// Tool lists beyond these become dead letters: no record may hold the detector for long.
     pub tool_lists: driftline_schemas::ToolListLimits,
+    /// Records read into one batch at most (a batch takes what the bus has ready, up to this).
+    pub max_batch_records: usize,
 }
 
 impl Default for WorkerSettings {
@@ -63,6 +65,7 @@ impl Default for WorkerSettings {
             throttle: Duration::ZERO,
             stop_after_batches: None,
             tool_lists: driftline_schemas::ToolListLimits::default(),
+            max_batch_records: 20_000,
         }
     }
 }
@@ -110,6 +113,8 @@ pub struct Worker<C> {
     declaration_sink: Option<Arc<dyn Producer>>,
     /// Memory holds a batch the store did not take: reload from the store before reading on.
     stale: bool,
+    /// The batch being written while the next one is read and processed (at most one).
+    in_flight: Option<InFlight>,
     /// The input stream (partition) each key's state belongs to: it moves with it in a consumer group.
     server_streams: HashMap<ServerKey, u32>,
     tool_streams: HashMap<ToolKey, u32>,
@@ -127,6 +132,19 @@ pub struct Worker<C> {
     /// rollups (before an upgrade, or beside it during a rolling one): its rollups are rebuilt from the
     /// stored calls before the worker reads on.
     rollup_marks: BTreeMap<u32, u64>,
+}
+
+/// A batch handed to the store whose write has not been seen to finish.
+struct InFlight {
+    write: tokio::task::JoinHandle<Result<(), StoreError>>,
+    positions: Positions,
+    /// Its calls' identities: a retry of one of them in the next batch is a repeat before the store can
+    /// tell.
+    identities: HashMap<String, driftline_schemas::InputPosition>,
+    records: usize,
+    rollup_rows: usize,
+    /// When the batch's outputs were handed on (dead letters first, then the store).
+    started: std::time::Instant,
 }
 
 /// The state row that says up to where a stream's calls are in rollups.
@@ -164,6 +182,7 @@ impl<C: Consumer> Worker<C> {
             dead_letter_sink: None,
             declaration_sink: None,
             stale: false,
+            in_flight: None,
             server_streams: HashMap::new(),
             tool_streams: HashMap::new(),
             settings_read_at: std::time::Instant::now(),
@@ -193,6 +212,11 @@ impl<C: Consumer> Worker<C> {
     /// reads the bus from there again. After a failed batch this undoes what processing it did, so no
     /// record counts twice.
     async fn reload(&mut self) -> Result<(), WorkerError> {
+        // A write still running must land (or fail) before the store is read, or memory would start behind
+        // what the store ends up holding.
+        if let Some(in_flight) = self.in_flight.take() {
+            let _ = in_flight.write.await;
+        }
         let owned = self.consumer.owned();
         let streams = owned.as_deref().map_or(Streams::All, Streams::Only);
         let resume = self.store.resume(streams).await?;
@@ -250,6 +274,8 @@ impl<C: Consumer> Worker<C> {
     async fn rebalance(&mut self) -> Result<(), WorkerError> {
         let Some(change) = self.consumer.take_rebalance() else {
             if self.consumer.owned().is_some() && self.settings_read_at.elapsed() >= SETTINGS_REFRESH {
+                // Settings this worker changed in the batch in flight must be stored before they are read.
+                self.finish_in_flight().await?;
                 let resume = self.store.resume(Streams::Only(&[])).await?;
                 self.thresholds = project_settings(resume.settings);
                 self.settings_read_at = std::time::Instant::now();
@@ -257,6 +283,9 @@ impl<C: Consumer> Worker<C> {
             return Ok(());
         };
         metrics::REBALANCES.inc();
+        // The batch in flight holds records of the partitions moved away: it is stored before they go.
+        // (Should it fail, the change is not lost: the reload that follows reads what is owned now.)
+        self.finish_in_flight().await?;
         // Rows of partitions moved away may be written by their new owner from now on.
         self.rollups.clear();
         metrics::OWNED_PARTITIONS.set(self.consumer.owned().map_or(0, |owned| owned.len()) as i64);
@@ -275,8 +304,18 @@ impl<C: Consumer> Worker<C> {
         Ok(())
     }
 
-    /// Reads up to `max` records (waiting up to `wait` for the first), processes them, stores the batch.
+    /// Reads up to `max` records (waiting up to `wait` for the first), processes them, stores the batch:
+    /// when this returns, everything read is stored.
     pub async fn poll_once(&mut self, max: usize, wait: Duration) -> Result<Progress, WorkerError> {
+        let progress = self.step(max, wait).await?;
+        self.finish_in_flight().await?;
+        Ok(progress)
+    }
+
+    /// Reads up to `max` records (waiting up to `wait` for the first) and processes them while the batch
+    /// before is still being written; once that write is stored, this batch's write starts and the step
+    /// returns. Outputs, state and positions of each batch stay one write, stored in input order.
+    pub async fn step(&mut self, max: usize, wait: Duration) -> Result<Progress, WorkerError> {
         if self.stale {
             self.reload().await?;
         }
@@ -285,14 +324,30 @@ impl<C: Consumer> Worker<C> {
             self.stale = true;
             return Err(err);
         }
-        let mut records = self.consumer.poll(&self.positions, max, wait).await?;
+        // Read on after the batch in flight, whose records memory already includes.
+        let mut read = self.positions.clone();
+        if let Some(in_flight) = &self.in_flight {
+            read.extend(in_flight.positions.iter().map(|(s, o)| (*s, *o)));
+        }
+        let mut records = match self.in_flight.is_some() {
+            // Only what is ready: with nothing, the batch in flight is stored now rather than after the
+            // wait (so positions, offsets and lag move as soon as its write lands), and the wait follows.
+            true => match self.consumer.poll(&read, max, Duration::ZERO).await? {
+                ready if ready.is_empty() => {
+                    self.finish_in_flight().await?;
+                    self.consumer.poll(&read, max, wait).await?
+                }
+                ready => ready,
+            },
+            false => self.consumer.poll(&read, max, wait).await?,
+        };
         // A new owner of a partition starts at the group's committed offset, which may be behind the
         // stored position: records the stored state already includes are skipped.
-        records.retain(|r| {
-            self.positions.get(&r.position.partition).is_none_or(|&last| r.position.offset > last)
-        });
+        records.retain(|r| read.get(&r.position.partition).is_none_or(|&last| r.position.offset > last));
         if records.is_empty() {
-            // Idle: the lag gauges still follow the partitions (watermarks refresh in the background).
+            // Idle: nothing waits behind the batch in flight.
+            self.finish_in_flight().await?;
+            // The lag gauges still follow the partitions (watermarks refresh in the background).
             if self.report_lag().await? == 0 {
                 metrics::OLDEST_UNPROCESSED.set(0.0);
             }
@@ -343,33 +398,63 @@ impl<C: Consumer> Worker<C> {
             let _ = self.reload().await;
             return Err(err.into());
         }
-        // Only a cache: if the batch is not stored, the reload below forgets every row.
+        // Batches are stored in input order: this one's write starts once the one before is stored.
+        self.finish_in_flight().await?;
+        // Only a cache: if the batch is not stored, the reload that follows forgets every row.
         self.rollups.trim(&batch.rollups);
+        let identities =
+            batch.call_identities.iter().map(|(identity, at, _)| (identity.clone(), *at)).collect();
         let rollup_rows = batch.rollups.len();
-        // A slow store must not freeze the lag gauge: it keeps following the bus while the batch is written.
         let store = self.store.clone();
-        let apply = store.apply(batch);
-        tokio::pin!(apply);
+        self.in_flight = Some(InFlight {
+            write: tokio::spawn(async move { store.apply(batch).await }),
+            positions,
+            identities,
+            records: records.len(),
+            rollup_rows,
+            started,
+        });
+        // Memory is ahead of the store only by the batch in flight, which `finish_in_flight` settles.
+        self.stale = false;
+        Ok(Progress { records: records.len() })
+    }
+
+    /// Waits until the batch [`Worker::step`] left in flight is stored.
+    pub async fn flush(&mut self) -> Result<(), WorkerError> {
+        self.finish_in_flight().await
+    }
+
+    /// Waits until the batch in flight is stored, then moves the positions on and commits them to the
+    /// group. A batch the store refused leaves memory ahead of the store: everything is read again from
+    /// what the store holds.
+    async fn finish_in_flight(&mut self) -> Result<(), WorkerError> {
+        let Some(in_flight) = self.in_flight.take() else { return Ok(()) };
+        let InFlight { write, positions, records, rollup_rows, started, .. } = in_flight;
+        // A slow store must not freeze the lag gauge: it keeps following the bus while the batch is written.
+        tokio::pin!(write);
         let mut refresh = tokio::time::interval(LAG_REFRESH);
         refresh.tick().await;
         let applied = loop {
             tokio::select! {
-                applied = &mut apply => break applied,
+                applied = &mut write => break applied,
                 _ = refresh.tick() => {
                     let _ = self.report_lag().await;
                 }
             }
         };
+        let applied = applied
+            .map_err(|err| WorkerError::Store(StoreError::Unavailable(format!("store write failed: {err}"))))
+            .and_then(|stored| stored.map_err(WorkerError::from));
         if let Err(err) = applied {
+            self.stale = true;
             let _ = self.reload().await;
-            return Err(err.into());
+            return Err(err);
         }
-        self.stale = false;
         self.rollup_marks.extend(positions.iter().map(|(s, o)| (*s, *o)));
         metrics::ROLLUP_ROWS.with_label_values(&["written"]).inc_by(rollup_rows as u64);
         let seconds = started.elapsed().as_secs_f64();
         metrics::FLUSH_SECONDS.observe(seconds);
-        metrics::BATCH_SIZE.observe(records.len() as f64);
+        metrics::BATCH_SIZE.observe(records as f64);
         self.positions.extend(positions);
         self.consumer.commit(&self.positions).await?;
         let lag = self.report_lag().await?;
@@ -378,8 +463,8 @@ impl<C: Consumer> Worker<C> {
         }
         metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
         metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
-        tracing::debug!(records = records.len(), rollup_rows, seconds, lag, "batch stored");
-        Ok(Progress { records: records.len() })
+        tracing::debug!(records, rollup_rows, seconds, lag, "batch stored");
+        Ok(())
     }
 
     /// Streams this detector resumed whose stored position is past the calls in rollups (an older version,
@@ -461,8 +546,17 @@ impl<C: Consumer> Worker<C> {
     pub async fn run(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(100);
         let mut batches = 0u64;
+        // Tests that pause or stop the worker count stored batches: there each batch is stored before the
+        // next is read.
+        let pipelined = self.settings.throttle.is_zero() && self.settings.stop_after_batches.is_none();
+        let max = self.settings.max_batch_records;
         while !*shutdown.borrow() {
-            match self.poll_once(500, Duration::from_millis(500)).await {
+            let polled = if pipelined {
+                self.step(max, Duration::from_millis(500)).await
+            } else {
+                self.poll_once(max, Duration::from_millis(500)).await
+            };
+            match polled {
                 Ok(progress) => {
                     backoff = Duration::from_millis(100);
                     batches += u64::from(progress.records > 0);
@@ -490,6 +584,9 @@ impl<C: Consumer> Worker<C> {
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
+        }
+        if let Err(err) = self.finish_in_flight().await {
+            tracing::warn!(error = %err, "detector batch in flight at shutdown not stored; it is read again at the next start");
         }
         tracing::info!(positions = ?self.positions, "detector worker stopped");
     }
@@ -539,7 +636,8 @@ impl<C: Consumer> Worker<C> {
         let mut seen = std::collections::HashSet::new();
         for (record, call) in records.iter().zip(calls.iter_mut()) {
             if let Some(SpanRecord::Call { identity, repeat, .. }) = call {
-                let elsewhere = stored.get(identity).is_some_and(|at| *at != record.position);
+                let in_flight = self.in_flight.as_ref().and_then(|batch| batch.identities.get(identity));
+                let elsewhere = stored.get(identity).or(in_flight).is_some_and(|at| *at != record.position);
                 *repeat = elsewhere || !seen.insert(identity.clone());
             }
         }

@@ -73,8 +73,9 @@ fn record(i: usize) -> Message {
     Message { topic: Topic::Spans, key: "p/srv/t".into(), payload: payload.to_string().into_bytes() }
 }
 
-/// Runs 30 calls through a worker in batches of 7 and returns what the store then shows.
-async fn run(name: &str, fail_on: usize, half_written: bool) -> (Value, usize) {
+/// Runs 30 calls through a worker in batches of 7 and returns what the store then shows; `pipelined`
+/// reads each batch while the one before is being written, as the running worker does.
+async fn run(name: &str, fail_on: usize, half_written: bool, pipelined: bool) -> (Value, usize) {
     let dir = dir(name);
     let bus = SqliteBus::open(&dir.join("bus.db"), || 0).expect("bus");
     bus.publish((0..30).map(record).collect()).await.expect("publish");
@@ -88,12 +89,17 @@ async fn run(name: &str, fail_on: usize, half_written: bool) -> (Value, usize) {
         Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
     let mut failures = 0;
     for _ in 0..20 {
-        match worker.poll_once(7, Duration::ZERO).await {
+        let polled = match pipelined {
+            true => worker.step(7, Duration::ZERO).await,
+            false => worker.poll_once(7, Duration::ZERO).await,
+        };
+        match polled {
             Ok(progress) if progress.records == 0 => break,
             Ok(_) => {}
             Err(_) => failures += 1,
         }
     }
+    worker.flush().await.expect("nothing left to write");
     let shape = store.inner.tool_shape("p", "srv", "t").await.expect("shape").expect("a tool");
     // What rollups answer, an hour after the calls.
     let now = driftline_schemas::Timestamp::from_millis(1_767_229_200_000).expect("2026-01-01T01:00Z");
@@ -116,15 +122,20 @@ async fn run(name: &str, fail_on: usize, half_written: bool) -> (Value, usize) {
 
 #[tokio::test]
 async fn a_refused_batch_is_redone_from_stored_state() {
-    let (clean, none) = run("clean", usize::MAX, false).await;
+    let (clean, none) = run("clean", usize::MAX, false, false).await;
     assert_eq!(none, 0);
-    let (retried, failures) = run("retried", 2, false).await;
-    assert_eq!(failures, 1, "the second batch was refused once");
-    assert_eq!(retried, clean);
-    // Its outputs stored without its positions: the replay must not count them again.
-    let (half, failures) = run("half-written", 3, true).await;
-    assert_eq!(failures, 1, "the third batch was half written once");
-    assert_eq!(half, clean);
+    for pipelined in [false, true] {
+        let (retried, failures) = run(&format!("retried-{pipelined}"), 2, false, pipelined).await;
+        assert_eq!(failures, 1, "the second batch was refused once (pipelined: {pipelined})");
+        assert_eq!(retried, clean, "pipelined: {pipelined}");
+        // Its outputs stored without its positions: the replay must not count them again.
+        let (half, failures) = run(&format!("half-written-{pipelined}"), 3, true, pipelined).await;
+        assert_eq!(failures, 1, "the third batch was half written once (pipelined: {pipelined})");
+        assert_eq!(half, clean, "pipelined: {pipelined}");
+    }
+    let (pipelined, none) = run("clean-pipelined", usize::MAX, false, true).await;
+    assert_eq!(none, 0);
+    assert_eq!(pipelined, clean);
     assert_eq!(clean["telemetry"]["fingerprinted"], 30);
     assert_eq!(clean["tools"][0]["calls"], 30, "{clean}");
     assert_eq!(clean["stats"]["totals"]["fingerprinted"], 30, "{clean}");
