@@ -120,11 +120,14 @@ infra-down:
 	deploy/local/kafka.sh down
 	deploy/local/clickhouse.sh down
 
-## bench: detector micro-benchmarks (criterion) and the service load generator; prints the figures we report.
-bench:
+## bench: detector micro-benchmarks (criterion), the service load on `serve` and on the split stages over Kafka
+## and ClickHouse (started here), and one table of every figure next to its reference (also target/bench.json).
+bench: infra-up
+	@rm -rf target/bench
 	$(CARGO) bench --locked -p driftline-detectors --bench detectors
-	@python3 scripts/bench-summary.py
 	$(CARGO) bench --locked --bench ingest_load
+	DRIFTLINE_BENCH_MODE=split $(CARGO) bench --locked --bench ingest_load
+	@python3 scripts/bench-summary.py
 
 ## bench-distributed: the same load on split ingest / detect / api over Kafka and ClickHouse, next to a raw
 ## rdkafka producer; recovery after kill -9 of the detector.

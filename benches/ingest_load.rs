@@ -136,7 +136,7 @@ fn stored_records(agent: &ureq::Agent, detector: &str) -> u64 {
 }
 
 /// Waits until the detector at `detector` has stored `total` records, then checks that `api` answers with
-/// all `total` calls; returns the seconds it took.
+/// all `total` calls; returns the detector's rate (spans/s over the backlog).
 fn catch_up(api: &str, detector: &str, total: u64, what: &str) -> f64 {
     let agent = new_agent();
     let started = Instant::now();
@@ -146,19 +146,19 @@ fn catch_up(api: &str, detector: &str, total: u64, what: &str) -> f64 {
         if now >= total || started.elapsed() > Duration::from_secs(300) {
             let seconds = started.elapsed().as_secs_f64();
             let queryable = calls(&agent, api);
+            let rate = (now - before) as f64 / seconds.max(0.001);
             println!(
-                "{what}: {now} records stored {seconds:.1} s later ({:.0} spans/s over the backlog of {}); {queryable} calls queryable",
-                (now - before) as f64 / seconds.max(0.001),
+                "{what}: {now} records stored {seconds:.1} s later ({rate:.0} spans/s over the backlog of {}); {queryable} calls queryable",
                 total.saturating_sub(before)
             );
-            return seconds;
+            return rate;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// Waits until `total` calls are queryable through the API; returns the seconds it took. (The split
-/// stages' detector restarts in between, and its counter with it.)
+/// Waits until `total` calls are queryable through the API; returns the rate (spans/s over the backlog).
+/// (The split stages' detector restarts in between, and its counter with it.)
 fn catch_up_by_api(api: &str, total: u64, what: &str) -> f64 {
     let agent = new_agent();
     let started = Instant::now();
@@ -167,32 +167,49 @@ fn catch_up_by_api(api: &str, total: u64, what: &str) -> f64 {
         let now = calls(&agent, api);
         if now >= total || started.elapsed() > Duration::from_secs(300) {
             let seconds = started.elapsed().as_secs_f64();
+            let rate = (now - before) as f64 / seconds.max(0.001);
             println!(
-                "{what}: {now} calls queryable {seconds:.1} s later ({:.0} spans/s over the backlog of {})",
-                (now - before) as f64 / seconds.max(0.001),
+                "{what}: {now} calls queryable {seconds:.1} s later ({rate:.0} spans/s over the backlog of {})",
                 total.saturating_sub(before)
             );
-            return seconds;
+            return rate;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// Span → queryable latency with one background client keeping the pipeline busy.
-fn latency(ingest: &str, api: &str) {
+/// The background load of the latency probe, in spans per second (the target rate).
+const BACKGROUND_SPANS_PER_SECOND: u64 = 10_000;
+
+/// Span → queryable latency with background clients keeping the pipeline busy at
+/// `BACKGROUND_SPANS_PER_SECOND` (two senders, each one request of `BATCH` spans per slot, paced by the
+/// clock: one alone waits too long on its answers to keep the pace over Kafka).
+fn latency(ingest: &str, api: &str) -> Value {
+    const SENDERS: u32 = 2;
     let stop = Arc::new(AtomicBool::new(false));
-    let background = {
-        let (stop, url) = (stop.clone(), ingest.to_owned());
-        std::thread::spawn(move || {
-            let agent = new_agent();
-            let mut round = 0;
-            while !stop.load(Ordering::Relaxed) {
-                post(&agent, &url, &batch(&format!("bg-{round}"), "background", BATCH));
-                round += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
+    let sent = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let background: Vec<_> = (0..SENDERS)
+        .map(|sender| {
+            let (stop, sent, url) = (stop.clone(), sent.clone(), ingest.to_owned());
+            std::thread::spawn(move || {
+                let agent = new_agent();
+                let rate = BACKGROUND_SPANS_PER_SECOND as f64 / f64::from(SENDERS);
+                let slot = Duration::from_secs_f64(BATCH as f64 / rate);
+                let mut round = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let body = batch(&format!("bg{sender}-{round}"), "background", BATCH);
+                    if post(&agent, &url, &body) == 202 {
+                        sent.fetch_add(BATCH as u64, Ordering::Relaxed);
+                    }
+                    round += 1;
+                    if let Some(wait) = (slot * round).checked_sub(started.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            })
         })
-    };
+        .collect();
     let agent = new_agent();
     let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
     for sample in 0..LATENCY_SAMPLES {
@@ -213,11 +230,111 @@ fn latency(ingest: &str, api: &str) {
         samples.push(sent.elapsed());
     }
     stop.store(true, Ordering::Relaxed);
-    let _ = background.join();
+    for sender in background {
+        let _ = sender.join();
+    }
+    let load = sent.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
     samples.sort();
     let at =
         |q: f64| samples[((samples.len() as f64 * q).ceil() as usize).saturating_sub(1)].as_secs_f64() * 1e3;
-    println!("span -> queryable: p50 {:.1} ms, p99 {:.1} ms over {LATENCY_SAMPLES} spans (background load ~{} spans/s)", at(0.5), at(0.99), BATCH * 1000 / 20);
+    println!("span -> queryable: p50 {:.1} ms, p99 {:.1} ms over {LATENCY_SAMPLES} spans (background load {load:.0} spans/s)", at(0.5), at(0.99));
+    json!({"p50_ms": at(0.5), "p99_ms": at(0.99), "background_spans_per_second": load, "samples": LATENCY_SAMPLES})
+}
+
+/// Resident memory of a process, from /proc (kB).
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Memory of `IDLE_CONNECTIONS` idle keep-alive connections: each answers one `GET /healthz` and then
+/// sends nothing; the server's resident memory before and after.
+const IDLE_CONNECTIONS: usize = 3_000;
+
+fn idle_connections(url: &str, pid: u32) -> Value {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://").to_owned();
+    let before = rss_kb(pid);
+    let mut open = Vec::with_capacity(IDLE_CONNECTIONS);
+    let mut answered = 0;
+    for _ in 0..IDLE_CONNECTIONS {
+        let Ok(mut stream) = std::net::TcpStream::connect(&address) else { break };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let request = format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\n\r\n");
+        let mut buffer = [0u8; 512];
+        if stream.write_all(request.as_bytes()).is_ok() && stream.read(&mut buffer).is_ok_and(|n| n > 0) {
+            answered += 1;
+        }
+        open.push(stream);
+    }
+    // Let the server settle with every connection idle.
+    std::thread::sleep(Duration::from_millis(500));
+    let after = rss_kb(pid);
+    drop(open);
+    let grown_mb = after.saturating_sub(before) as f64 / 1024.0;
+    println!(
+        "{answered} idle keep-alive connections: server resident memory {:.1} -> {:.1} MB (+{grown_mb:.1} MB, {:.1} kB each)",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0,
+        after.saturating_sub(before) as f64 / answered.max(1) as f64
+    );
+    json!({"connections": answered, "rss_before_mb": before as f64 / 1024.0, "rss_after_mb": after as f64 / 1024.0,
+        "grown_mb": grown_mb})
+}
+
+/// `/metrics` before and after requests with made-up methods and paths (their labels must come from a
+/// closed set).
+fn hostile_metrics(url: &str) -> Value {
+    use std::io::{Read, Write};
+    let agent = new_agent();
+    let size = || {
+        agent
+            .get(format!("{url}/metrics"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .map_or(0, |text| text.len())
+    };
+    let address = url.trim_start_matches("http://").to_owned();
+    let requests = 500;
+    let hostile = |round: usize| {
+        for i in 0..requests {
+            let Ok(mut stream) = std::net::TcpStream::connect(&address) else { continue };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let request = format!(
+                "BREW{round}x{i} /no/such/path/{i} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(request.as_bytes());
+            let _ = stream.read(&mut [0u8; 512]);
+        }
+    };
+    let before = size();
+    hostile(0);
+    let once = size();
+    hostile(1);
+    let twice = size();
+    println!(
+        "/metrics: {before} bytes; {once} after {requests} requests with unknown methods and paths, {twice} after {} (grew {} bytes the second time)",
+        2 * requests,
+        twice.saturating_sub(once)
+    );
+    json!({"bytes_before": before, "bytes_after_first": once, "bytes_after_second": twice, "hostile_requests_each": requests})
+}
+
+/// Writes one mode's figures where `scripts/bench-summary.py` reads them.
+fn write_figures(mode: &str, figures: &Value) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(format!("service-{mode}.json"));
+    if let Err(err) = std::fs::write(&path, figures.to_string()) {
+        eprintln!("cannot write {}: {err}", path.display());
+    }
 }
 
 /// A plain rdkafka producer (acks=all, idempotent, lz4, linger 5 ms, as ingest's) sending the same spans
@@ -284,13 +401,23 @@ fn main() {
         // the new process is timed until it has stored the rest.
         let paused = [("DRIFTLINE__DETECTOR__TEST_BATCH_PAUSE_MS".to_owned(), "10000".to_owned())];
         let (mut server, url) = start("serve", &dir, &paused);
-        let (total, _) = sustained_ingest(&url);
+        let (total, ingest) = sustained_ingest(&url);
         let stored = stored_records(&new_agent(), &url);
         let _ = server.kill();
         let _ = server.wait();
-        let (mut server, url) = start("serve", &dir, &[]);
-        catch_up(&url, &url, total - stored, "detector");
-        latency(&url, &url);
+        // Room for the idle connections measured at the end (the default cap is 1,024).
+        let more = [("DRIFTLINE__SERVER__MAX_CONNECTIONS".to_owned(), "4096".to_owned())];
+        let (mut server, url) = start("serve", &dir, &more);
+        let detector = catch_up(&url, &url, total - stored, "detector");
+        let latency = latency(&url, &url);
+        let idle = idle_connections(&url, server.id());
+        let metrics = hostile_metrics(&url);
+        write_figures(
+            "embedded",
+            &json!({"ingest_spans_per_second": ingest, "detector_spans_per_second": detector,
+                "detector_backlog": total - stored, "latency": latency, "idle_connections": idle,
+                "metrics": metrics}),
+        );
         let _ = server.kill();
         let _ = server.wait();
         let _ = std::fs::remove_dir_all(&dir);
@@ -330,19 +457,23 @@ fn main() {
     // Ingest first with no detector running, so the detector's rate is measured on a backlog.
     let (total, rate) = sustained_ingest(&ingest_url);
     println!("ingest / raw producer: {:.2}", rate / raw);
-    let (mut detect, _) = start("detect", &dir.join("detect"), &env);
+    let (mut detect, detect_url) = start("detect", &dir.join("detect"), &env);
     let half = total / 2;
-    catch_up_by_api(&api_url, half, "one detector, first half of the backlog");
+    let detector = catch_up(&api_url, &detect_url, half, "one detector, first half of the backlog");
     let _ = detect.kill();
     let _ = detect.wait();
     let restarted = Instant::now();
     let (mut detect, _) = start("detect", &dir.join("detect"), &env);
-    println!(
-        "detector restarted after kill -9 in {:.2} s (process start to listening)",
-        restarted.elapsed().as_secs_f64()
+    let restart_seconds = restarted.elapsed().as_secs_f64();
+    println!("detector restarted after kill -9 in {restart_seconds:.2} s (process start to listening)");
+    let after_kill = catch_up_by_api(&api_url, total, "after the kill, rest of the backlog");
+    let latency = latency(&ingest_url, &api_url);
+    write_figures(
+        "split",
+        &json!({"raw_producer_spans_per_second": raw, "ingest_spans_per_second": rate,
+            "detector_spans_per_second": detector, "detector_backlog": half,
+            "restart_seconds": restart_seconds, "after_kill_spans_per_second": after_kill, "latency": latency}),
     );
-    catch_up_by_api(&api_url, total, "after the kill, rest of the backlog");
-    latency(&ingest_url, &api_url);
     for child in [&mut ingest, &mut detect, &mut api] {
         let _ = child.kill();
         let _ = child.wait();

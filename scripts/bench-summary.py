@@ -1,41 +1,119 @@
 #!/usr/bin/env python3
-"""Prints the figures `make bench` reports, from criterion's estimates under target/criterion."""
+"""`make bench`'s one table: every figure next to its reference, measured in the same run where the reference
+is code (serde_json, a raw rdkafka producer, driftline's own ingest), from criterion's estimates under
+target/criterion and the service runs' figures under target/bench (benches/ingest_load.rs). Also written as
+JSON to target/bench.json. Figures a run did not produce (no Kafka for the split stages, say) are left out."""
 import json
 import pathlib
 import sys
 
-root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/criterion")
+target = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target")
+criterion = target / "criterion"
+# LangSight's Python on the same tools50 pair, measured on this machine kind (../shared/bench/README.md):
+# a peer's figure, not re-run here (its code is not part of this repository).
+LANGSIGHT_PAIRS_PER_CPU_SECOND = 485
+
+rows = []  # (figure, driftline, reference, ratio)
+figures = {}
 
 
-def mean_ns(group, bench, size=None):
-    path = root / group / bench / (size or "") / "new" / "estimates.json"
-    return json.loads(path.read_text())["mean"]["point_estimate"]
+def mean_ns(*path):
+    file = criterion.joinpath(*path, "new", "estimates.json")
+    if not file.exists():
+        return None
+    return json.loads(file.read_text())["mean"]["point_estimate"]
 
 
-def bytes_of(group, bench, size):
-    path = root / group / bench / size / "new" / "benchmark.json"
-    return json.loads(path.read_text())["throughput"]["Bytes"]
+def bytes_of(*path):
+    file = criterion.joinpath(*path, "new", "benchmark.json")
+    return json.loads(file.read_text())["throughput"]["Bytes"]
 
 
-print("shape fingerprint vs serde_json parsing the same bytes to IgnoredAny (MB/s, higher is better)")
-print(f"{'size':>6} {'fingerprint':>12} {'serde_json':>11} {'ratio':>6}")
+def service(mode):
+    file = target / "bench" / f"service-{mode}.json"
+    return json.loads(file.read_text()) if file.exists() else None
+
+
+def add(key, figure, ours, reference="", ratio=None, **extra):
+    rows.append((figure, ours, reference, "" if ratio is None else f"{ratio:.2f}"))
+    figures[key] = {"figure": figure, "driftline": ours, "reference": reference, "ratio": ratio, **extra}
+
+
 for size in ["1KiB", "8KiB", "1MiB"]:
-    n = bytes_of("shape", "fingerprint", size)
-    ours = n / mean_ns("shape", "fingerprint", size) * 1e3
-    theirs = n / mean_ns("shape", "serde_json_ignored_any", size) * 1e3
-    print(f"{size:>6} {ours:>12.0f} {theirs:>11.0f} {ours / theirs:>6.2f}")
-updates = 100 / mean_ns("shape_drift", "observe_window_100") * 1e9
-print(f"shape-drift detector: {updates / 1e6:.2f} M updates/s (window 100)")
-diffs = 1 / mean_ns("tool_drift", "diff_50_tools") * 1e9
-print(f"tool-list diff of two 50-tool lists: {diffs:,.0f} diffs/s")
-pair = root / "tool_drift" / "hash_and_diff_tools50"
-if pair.exists():
-    pairs = 1 / mean_ns("tool_drift", "hash_and_diff_tools50") * 1e9
-    unchanged = 1 / mean_ns("tool_drift", "hash_unchanged_tools50") * 1e9
-    # LangSight's Python on the same pair, measured on this machine kind (../shared/bench/README.md).
-    print(f"tools50 pair, parse + normalise + hash both + diff + report: {pairs:,.0f} pairs/s "
-          f"= {pairs / 485:,.0f} x LangSight's 485 pairs per CPU-second; unchanged list: {unchanged:,.0f}/s")
-for count in ["1000", "10000"]:
-    if (root / "tool_drift" / "hash_and_diff_tools" / count).exists():
-        ms = mean_ns("tool_drift", "hash_and_diff_tools", count) / 1e6
-        print(f"hash + diff of a {int(count):,}-tool pair: {ms:.1f} ms")
+    ours_ns, serde_ns = mean_ns("shape", "fingerprint", size), mean_ns("shape", "serde_json_ignored_any", size)
+    if ours_ns and serde_ns:
+        n = bytes_of("shape", "fingerprint", size)
+        ours, theirs = n / ours_ns * 1e3, n / serde_ns * 1e3
+        add(f"shape_{size}", f"shape fingerprint, {size}", f"{ours:,.0f} MB/s",
+            f"serde_json to IgnoredAny: {theirs:,.0f} MB/s", ours / theirs, mb_per_s=ours, reference_mb_per_s=theirs)
+
+updates_ns = mean_ns("shape_drift", "observe_window_100")
+if updates_ns:
+    add("shape_drift_updates", "shape-drift detector updates (window 100)", f"{100 / updates_ns * 1e3:,.1f} M/s",
+        updates_per_s=100 / updates_ns * 1e9)
+
+for key, bench, label in [
+    ("tools50_pair", "hash_and_diff_tools50", "tools50 pair: parse both, normalise, hash both, diff, report"),
+    ("tools50_parsed_pair", "hash_and_diff_parsed_tools50", "tools50 pair from parsed lists: normalise, hash, diff, report"),
+]:
+    ns = mean_ns("tool_drift", bench)
+    if ns:
+        pairs = 1e9 / ns
+        add(key, label, f"{pairs:,.0f} pairs/s ({ns / 1e3:,.1f} µs)",
+            f"LangSight: {LANGSIGHT_PAIRS_PER_CPU_SECOND} pairs per CPU-second (its figure)",
+            pairs / LANGSIGHT_PAIRS_PER_CPU_SECOND, pairs_per_s=pairs)
+unchanged = mean_ns("tool_drift", "hash_unchanged_tools50")
+if unchanged:
+    add("tools50_unchanged", "tools50 list unchanged: parse, normalise, hash", f"{1e9 / unchanged:,.0f}/s ({unchanged / 1e3:,.1f} µs)",
+        per_s=1e9 / unchanged)
+small, large = mean_ns("tool_drift", "hash_and_diff_tools", "1000"), mean_ns("tool_drift", "hash_and_diff_tools", "10000")
+if small and large:
+    add("tools_1000_pair", "1,000-tool pair: normalise, hash both, diff", f"{small / 1e6:,.1f} ms", ms=small / 1e6)
+    add("tools_10000_pair", "10,000-tool pair: normalise, hash both, diff", f"{large / 1e6:,.1f} ms",
+        "the 1,000-tool pair x 10 (linear)", large / small / 10, ms=large / 1e6)
+
+embedded = service("embedded")
+if embedded:
+    ingest = embedded["ingest_spans_per_second"]
+    add("embedded_ingest", "serve: ingest, 4 clients x 100-span requests, acknowledged", f"{ingest:,.0f} spans/s",
+        spans_per_s=ingest)
+    detector = embedded["detector_spans_per_second"]
+    add("embedded_detector", f"serve: detector on a backlog of {embedded['detector_backlog']:,} spans",
+        f"{detector:,.0f} spans/s", f"serve's ingest: {ingest:,.0f} spans/s", detector / ingest, spans_per_s=detector)
+    latency = embedded["latency"]
+    add("embedded_latency", f"serve: span -> queryable at {latency['background_spans_per_second']:,.0f} spans/s",
+        f"p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms", "p99 target 1,000 ms",
+        latency["p99_ms"] / 1000, **latency)
+    idle = embedded["idle_connections"]
+    add("idle_connections", f"{idle['connections']:,} idle keep-alive connections",
+        f"+{idle['grown_mb']:.1f} MB resident", "target < 50 MB", idle["grown_mb"] / 50, **idle)
+    metrics = embedded["metrics"]
+    add("metrics_size", f"/metrics after 2 x {metrics['hostile_requests_each']} requests with unknown methods and paths",
+        f"{metrics['bytes_after_first']:,} -> {metrics['bytes_after_second']:,} bytes",
+        f"before them: {metrics['bytes_before']:,} bytes", metrics["bytes_after_second"] / metrics["bytes_after_first"], **metrics)
+
+split = service("split")
+if split:
+    raw, ingest = split["raw_producer_spans_per_second"], split["ingest_spans_per_second"]
+    add("split_ingest", "ingest -> Kafka, 4 clients x 100-span requests", f"{ingest:,.0f} spans/s",
+        f"raw rdkafka producer: {raw:,.0f} spans/s", ingest / raw, spans_per_s=ingest)
+    detector = split["detector_spans_per_second"]
+    add("split_detector", f"one detector, Kafka -> ClickHouse, on a backlog of {split['detector_backlog']:,} spans",
+        f"{detector:,.0f} spans/s", f"ingest -> Kafka: {ingest:,.0f} spans/s", detector / ingest, spans_per_s=detector)
+    add("split_restart", "detector kill -9 -> restarted (process start to listening)", f"{split['restart_seconds']:.2f} s",
+        f"then {split['after_kill_spans_per_second']:,.0f} spans/s over the rest of the backlog", seconds=split["restart_seconds"])
+    latency = split["latency"]
+    add("split_latency", f"split stages: span -> queryable at {latency['background_spans_per_second']:,.0f} spans/s",
+        f"p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms", "p99 target 1,000 ms",
+        latency["p99_ms"] / 1000, **latency)
+
+if not rows:
+    sys.exit("no benchmark results under " + str(target))
+widths = [max(len(str(row[i])) for row in rows + [("figure", "driftline", "reference", "ratio")]) for i in range(4)]
+line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+print(line(("figure", "driftline", "reference (same run unless marked)", "ratio")))
+print(line(["-" * w for w in widths]))
+for row in rows:
+    print(line(row))
+(target / "bench.json").write_text(json.dumps(figures, indent=2) + "\n")
+print(f"\n(also {target / 'bench.json'})")

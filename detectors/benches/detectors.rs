@@ -143,6 +143,22 @@ fn tool_list_diff(c: &mut Criterion) {
         group.bench_function("hash_and_diff_tools50", |b| {
             b.iter(|| pair(black_box(&old_text), black_box(&new_text)))
         });
+        // The same from lists already parsed (what a peer's figure on parsed lists compares with).
+        let (old_list, new_list): (Vec<Value>, Vec<Value>) = (
+            serde_json::from_str(&old_text).expect("a tool list"),
+            serde_json::from_str(&new_text).expect("a tool list"),
+        );
+        group.bench_function("hash_and_diff_parsed_tools50", |b| {
+            b.iter(|| {
+                let (old, new) = (normalize_tools(black_box(&old_list)), normalize_tools(black_box(&new_list)));
+                let (old_hash, new_hash) = (tools_hash(&old), tools_hash(&new));
+                let changes = if old_hash == new_hash { Vec::new() } else { diff_normal(&old, &new) };
+                let report = serde_json::to_string(&json!({"previous_hash": old_hash, "current_hash": new_hash,
+                    "max_classification": max_classification(&changes), "changes": changes}))
+                .expect("a report");
+                (changes.len(), report.len())
+            })
+        });
         // The common case: a probe finds the list unchanged (parse, normalise, hash, compare).
         group.bench_function("hash_unchanged_tools50", |b| {
             b.iter(|| pair(black_box(&old_text), black_box(&old_text)))
