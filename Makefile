@@ -125,6 +125,7 @@ infra-down:
 bench: infra-up
 	@rm -rf target/bench
 	$(CARGO) bench --locked -p driftline-detectors --bench detectors
+	scripts/shape-instructions.sh
 	$(CARGO) bench --locked --bench ingest_load
 	DRIFTLINE_BENCH_MODE=split $(CARGO) bench --locked --bench ingest_load
 	@python3 scripts/bench-summary.py

@@ -47,6 +47,17 @@ for size in ["1KiB", "8KiB", "1MiB"]:
         add(f"shape_{size}", f"shape fingerprint, {size}", f"{ours:,.0f} MB/s",
             f"serde_json to IgnoredAny: {theirs:,.0f} MB/s", ours / theirs, mb_per_s=ours, reference_mb_per_s=theirs)
 
+counts_file = target / "bench" / "shape-instructions.json"
+if counts_file.exists():
+    counts = json.loads(counts_file.read_text())
+    for size in ["1KiB", "8KiB", "1MiB"]:
+        ours, theirs = counts.get(f"fingerprint/{size}"), counts.get(f"serde/{size}")
+        if ours and theirs:
+            # Higher is better, as for the timings: serde's instructions per ours.
+            add(f"shape_instructions_{size}", f"shape fingerprint, {size}: instructions (callgrind)",
+                f"{ours:,} per value", f"serde_json to IgnoredAny: {theirs:,}", theirs / ours,
+                instructions=ours, reference_instructions=theirs)
+
 updates_ns = mean_ns("shape_drift", "observe_window_100")
 if updates_ns:
     add("shape_drift_updates", "shape-drift detector updates (window 100)", f"{100 / updates_ns * 1e3:,.1f} M/s",

@@ -13,33 +13,15 @@ use driftline_detectors::tool_drift::{
 use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome};
 use serde_json::{json, Value};
 
-/// A realistic return value of about `target` bytes: search results with nested objects, numbers,
-/// escaped strings and arrays.
-fn return_value(target: usize) -> Vec<u8> {
-    let mut results = Vec::new();
-    let mut size = 0;
-    let mut i = 0;
-    while size < target {
-        let item = json!({
-            "id": format!("doc-{i}"),
-            "title": format!("Result \"{i}\" — a title with unicode é and a \\ backslash"),
-            "score": 0.5 + i as f64 / 1000.0,
-            "rank": i,
-            "tags": ["alpha", "beta", "gamma"],
-            "source": {"url": format!("https://example.com/{i}"), "fetched": true, "bytes": 1024 * i},
-            "snippet": null
-        });
-        size += item.to_string().len() + 1;
-        results.push(item);
-        i += 1;
-    }
-    let value = json!({"query": "drift", "total": results.len(), "results": results, "next": null});
-    let text = serde_json::to_string_pretty(&value).expect("serialize");
-    text.into_bytes()
-}
+#[path = "shape_input.rs"]
+mod shape_input;
+use shape_input::return_value;
 
 fn shape_throughput(c: &mut Criterion) {
     let mut group = c.benchmark_group("shape");
+    // Longer than the other groups: the ratio of two timings is the figure, and a shared machine moves
+    // each by several percent (`scripts/shape-instructions.sh` counts instructions as well).
+    group.sample_size(60).measurement_time(Duration::from_secs(5));
     for (label, size) in [("1KiB", 1024), ("8KiB", 8 * 1024), ("1MiB", 1024 * 1024)] {
         // Both sides read the same `&str`, as ingest has it (a span's raw return value).
         let input = String::from_utf8(return_value(size)).expect("utf-8");
@@ -150,12 +132,14 @@ fn tool_list_diff(c: &mut Criterion) {
         );
         group.bench_function("hash_and_diff_parsed_tools50", |b| {
             b.iter(|| {
-                let (old, new) = (normalize_tools(black_box(&old_list)), normalize_tools(black_box(&new_list)));
+                let (old, new) =
+                    (normalize_tools(black_box(&old_list)), normalize_tools(black_box(&new_list)));
                 let (old_hash, new_hash) = (tools_hash(&old), tools_hash(&new));
                 let changes = if old_hash == new_hash { Vec::new() } else { diff_normal(&old, &new) };
-                let report = serde_json::to_string(&json!({"previous_hash": old_hash, "current_hash": new_hash,
+                let report =
+                    serde_json::to_string(&json!({"previous_hash": old_hash, "current_hash": new_hash,
                     "max_classification": max_classification(&changes), "changes": changes}))
-                .expect("a report");
+                    .expect("a report");
                 (changes.len(), report.len())
             })
         });

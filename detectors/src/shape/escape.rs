@@ -23,6 +23,25 @@ fn is_structural(c: char) -> bool {
 
 // A conservative byte test: true for every byte that can start an escaped character. 0xC2 leads the
 // UTF-8 encoding of U+0080..U+00BF, which holds the C1 controls.
-fn needs_escape_byte(byte: u8) -> bool {
-    byte < 0x20 || byte == 0x7f || byte == 0xc2 || (byte.is_ascii() && is_structural(byte as char))
+const fn escape_byte(byte: u8) -> bool {
+    byte < 0x20
+        || byte == 0x7f
+        || byte == 0xc2
+        || matches!(byte, b'\\' | b':' | b',' | b'{' | b'}' | b'[' | b']' | b'<' | b'>' | b'"')
+}
+
+/// [`escape_byte`] of every byte, looked up (every key of every shape is tested).
+const ESCAPE_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        table[byte] = escape_byte(byte as u8);
+        byte += 1;
+    }
+    table
+};
+
+#[inline]
+pub(super) fn needs_escape_byte(byte: u8) -> bool {
+    ESCAPE_BYTES[byte as usize]
 }
