@@ -77,6 +77,12 @@ unchanged = mean_ns("tool_drift", "hash_unchanged_tools50")
 if unchanged:
     add("tools50_unchanged", "tools50 list unchanged: parse, normalise, hash", f"{1e9 / unchanged:,.0f}/s ({unchanged / 1e3:,.1f} µs)",
         per_s=1e9 / unchanged)
+observe = mean_ns("tool_drift", "observe_unchanged_tools50")
+if observe:
+    add("tools50_observe_unchanged", "detector: a probe's unchanged tools50 list (parse, observe)",
+        f"{1e9 / observe:,.0f}/s ({observe / 1e3:,.1f} µs)",
+        f"normalising it: {1e9 / unchanged:,.0f}/s" if unchanged else "", (unchanged / observe) if unchanged else None,
+        per_s=1e9 / observe)
 small, large = mean_ns("tool_drift", "hash_and_diff_tools", "1000"), mean_ns("tool_drift", "hash_and_diff_tools", "10000")
 if small and large:
     add("tools_1000_pair", "1,000-tool pair: normalise, hash both, diff", f"{small / 1e6:,.1f} ms", ms=small / 1e6)

@@ -8,7 +8,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use driftline_detectors::shape::{fingerprint_str, LARGEST_MAX_BYTES};
 use driftline_detectors::shape_drift::{Observation, ToolShapeState};
 use driftline_detectors::tool_drift::{
-    diff_normal, diff_tools, max_classification, normalize_tools, tools_hash,
+    diff_normal, diff_tools, max_classification, normalize_tools, tools_hash, BaselinePolicy, RecordContext,
+    ServerState,
 };
 use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome};
 use serde_json::{json, Value};
@@ -143,6 +144,23 @@ fn tool_list_diff(c: &mut Criterion) {
                 (changes.len(), report.len())
             })
         });
+        // What the detector does with a probe's unchanged list: parse it and observe it against the
+        // baseline (equal as sent: no normal form, no hash).
+        let mut state = ServerState::default();
+        let context = RecordContext {
+            project: "p",
+            server: "s",
+            position: driftline_schemas::InputPosition { partition: 0, offset: 0 },
+            at: driftline_schemas::Timestamp::from_millis(0).expect("a time"),
+        };
+        let baseline: Vec<Value> = serde_json::from_str(&old_text).expect("a tool list");
+        state.observe_list(&snapshot(baseline), context, BaselinePolicy::Manual);
+        group.bench_function("observe_unchanged_tools50", |b| {
+            b.iter(|| {
+                let tools: Vec<Value> = serde_json::from_str(black_box(&old_text)).expect("a tool list");
+                state.observe_list(&snapshot(tools), context, BaselinePolicy::Manual).tool_count
+            })
+        });
         // The common case: a probe finds the list unchanged (parse, normalise, hash, compare).
         group.bench_function("hash_unchanged_tools50", |b| {
             b.iter(|| pair(black_box(&old_text), black_box(&old_text)))
@@ -160,6 +178,18 @@ fn tool_list_diff(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+fn snapshot(tools: Vec<Value>) -> driftline_schemas::ToolListSnapshot {
+    driftline_schemas::ToolListSnapshot {
+        schema_version: 1,
+        project: "p".parse().expect("a valid name"),
+        server: "s".parse().expect("a valid name"),
+        captured_at: driftline_schemas::Timestamp::from_millis(0).expect("a time"),
+        source: driftline_schemas::SnapshotSource::Probe,
+        latency_ms: None,
+        tools,
+    }
 }
 
 fn config() -> Criterion {

@@ -45,6 +45,41 @@ fn write_canonical(out: &mut String, value: &Value) {
 /// An object's members in JCS order, with one more string member (`name`, kept apart from a tool's
 /// definition) written as if it were in the map, so no tool is copied to be hashed.
 fn write_object(out: &mut String, map: &Map<String, Value>, extra: Option<(&str, &str)>) {
+    // The map iterates its keys by UTF-8 bytes, which is their order by UTF-16 code units unless a key
+    // holds a character beyond the Basic Multilingual Plane (four UTF-8 bytes, a surrogate pair): then,
+    // and only then, the members are sorted anew.
+    let beyond_bmp = |key: &str| key.bytes().any(|byte| byte >= 0xF0);
+    if !map.keys().any(|key| beyond_bmp(key)) && !extra.is_some_and(|(key, _)| beyond_bmp(key)) {
+        let mut pending = extra;
+        let mut first = true;
+        let mut member = |out: &mut String, key: &str| {
+            out.push(if first { '{' } else { ',' });
+            first = false;
+            write_string(out, key);
+            out.push(':');
+        };
+        for (key, value) in map {
+            if let Some((extra_key, text)) = pending.filter(|(extra_key, _)| key.as_str() >= *extra_key) {
+                member(out, extra_key);
+                write_string(out, text);
+                pending = None;
+                if key == extra_key {
+                    continue;
+                }
+            }
+            member(out, key);
+            write_canonical(out, value);
+        }
+        if let Some((extra_key, text)) = pending {
+            member(out, extra_key);
+            write_string(out, text);
+        }
+        if first {
+            out.push('{');
+        }
+        out.push('}');
+        return;
+    }
     let mut entries: Vec<(&str, Member<'_>)> =
         map.iter().map(|(k, v)| (k.as_str(), Member::Value(v))).collect();
     if let Some((key, text)) = extra {
@@ -167,6 +202,32 @@ mod tests {
         check(json!({"b": 1, "a": [true, null], "": {}}), r#"{"":{},"a":[true,null],"b":1}"#);
         // U+E000 sorts after U+1F600 in UTF-8 but before it in UTF-16 (a surrogate pair starts 0xD83D).
         check(json!({"\u{e000}": 1, "\u{1f600}": 2}), "{\"\u{1f600}\":2,\"\u{e000}\":1}");
+    }
+
+    /// JCS of an object of small integers, the slow way: members sorted by UTF-16 code units.
+    fn jcs_reference(map: &Map<String, Value>) -> String {
+        let mut members: Vec<(&String, &Value)> = map.iter().collect();
+        members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+        let members: Vec<String> =
+            members.iter().map(|(k, v)| format!("{}:{}", Value::String((*k).clone()), v)).collect();
+        format!("{{{}}}", members.join(","))
+    }
+
+    proptest::proptest! {
+        /// Members are written straight from the map's order unless a key holds a character beyond the
+        /// BMP; a tool's name (kept apart from its definition) lands where the map would put it.
+        #[test]
+        fn members_in_utf16_order_with_and_without_the_name(
+            keys in proptest::collection::btree_set("[a-z\u{e9}\u{e000}\u{1f600}]{0,3}|name|nam|namf", 0..7)
+        ) {
+            let map: Map<String, Value> = keys.iter().enumerate().map(|(i, k)| (k.clone(), json!(i))).collect();
+            proptest::prop_assert_eq!(canonical_json(&Value::Object(map.clone())), jcs_reference(&map));
+            let mut with_name = map.clone();
+            with_name.insert("name".into(), json!(99));
+            let mut written = String::new();
+            write_object(&mut written, &map, Some(("name", "@@@@")));
+            proptest::prop_assert_eq!(written.replace("\"@@@@\"", "99"), jcs_reference(&with_name));
+        }
     }
 
     #[test]

@@ -1058,6 +1058,35 @@ proptest! {
         prop_assert!(diff_tools(&list, &reordered).is_empty());
     }
 
+    /// A list seen before (the baseline, or the newest snapshot) skips normalising: every sequence of
+    /// lists, probe failures and acceptances under every policy gives the outputs, hashes, counts and state
+    /// that normalising each list gives.
+    #[test]
+    fn lists_seen_before_are_observed_as_if_normalised(
+        lists in prop::collection::vec(arb_tools(), 1..4),
+        steps in prop::collection::vec((0usize..4, 0u8..6), 1..12),
+        policy in prop::sample::select(vec![BaselinePolicy::Manual, BaselinePolicy::Auto, BaselinePolicy::Compatible]),
+    ) {
+        let (mut fast, mut reference) = (ServerState::default(), ServerState::default());
+        for (offset, (list, action)) in steps.into_iter().enumerate() {
+            let at = context(offset as u64);
+            match action {
+                0 => {
+                    fast.probe_failed("down");
+                    reference.probe_failed("down");
+                }
+                1 => prop_assert_eq!(fast.accept("op", at), reference.accept("op", at)),
+                _ => {
+                    let snapshot = snapshot(Value::Array(lists[list % lists.len()].clone()));
+                    let (a, b) = (fast.observe_list(&snapshot, at, policy), reference.observe_list_normalising(&snapshot, at, policy));
+                    prop_assert_eq!(&a.outputs, &b.outputs);
+                    prop_assert_eq!((&a.hash, a.tool_count), (&b.hash, b.tool_count));
+                }
+            }
+            prop_assert_eq!(&fast, &reference);
+        }
+    }
+
     #[test]
     fn a_changed_hash_always_comes_with_a_change(old in arb_tools(), new in arb_tools()) {
         let changes = diff_tools(&old, &new);
