@@ -426,6 +426,11 @@ fn configuration_errors_name_the_key() {
         "0",
         "detector.repeat_window_hours = 0 is out of bounds",
     );
+    refused(
+        "DRIFTLINE__DETECTOR__MAX_BATCH_RECORDS",
+        "0",
+        "detector.max_batch_records = 0 is out of bounds: it must be in [1, 100000]",
+    );
 }
 
 #[test]
