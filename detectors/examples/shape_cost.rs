@@ -45,6 +45,9 @@ fn main() {
     }
     if iterations > 0 {
         // Wall time too, for comparing builds side by side (the instruction counts are the figure).
-        eprintln!("{which} {size}: {:.1} ns per value", started.elapsed().as_nanos() as f64 / iterations as f64);
+        eprintln!(
+            "{which} {size}: {:.1} ns per value",
+            started.elapsed().as_nanos() as f64 / iterations as f64
+        );
     }
 }
