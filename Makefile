@@ -121,7 +121,8 @@ infra-down:
 	deploy/local/clickhouse.sh down
 
 ## bench: detector micro-benchmarks (criterion), the service load on `serve` and on the split stages over Kafka
-## and ClickHouse (started here), and one table of every figure next to its reference (also target/bench.json).
+## and ClickHouse (started here and left running: `make infra-down` stops them), and one table of every figure
+## next to its reference (also target/bench.json).
 bench: infra-up
 	@rm -rf target/bench
 	$(CARGO) bench --locked -p driftline-detectors --bench detectors
