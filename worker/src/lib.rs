@@ -136,15 +136,14 @@ pub struct Worker<C> {
 
 /// A batch handed to the store whose write has not been seen to finish.
 struct InFlight {
-    write: tokio::task::JoinHandle<Result<(), StoreError>>,
+    /// The store's write, and how long it took.
+    write: tokio::task::JoinHandle<(Result<(), StoreError>, Duration)>,
     positions: Positions,
     /// Its calls' identities: a retry of one of them in the next batch is a repeat before the store can
     /// tell.
     identities: HashMap<String, driftline_schemas::InputPosition>,
     records: usize,
     rollup_rows: usize,
-    /// When the batch's outputs were handed on (dead letters first, then the store).
-    started: std::time::Instant,
 }
 
 /// The state row that says up to where a stream's calls are in rollups.
@@ -377,7 +376,6 @@ impl<C: Consumer> Worker<C> {
         // Every batch says up to where its streams' calls are in rollups, in the write of its positions.
         batch.states.extend(positions.iter().map(|(stream, offset)| rollup_mark(*stream, *offset)));
         self.flush_state(&mut batch, &dirty)?;
-        let started = std::time::Instant::now();
         // Dead letters are durable before the position that skips them (a replay may publish one twice;
         // each names its source topic, partition and offset).
         let mut published = match (&self.dead_letter_sink, dead.is_empty()) {
@@ -407,12 +405,15 @@ impl<C: Consumer> Worker<C> {
         let rollup_rows = batch.rollups.len();
         let store = self.store.clone();
         self.in_flight = Some(InFlight {
-            write: tokio::spawn(async move { store.apply(batch).await }),
+            write: tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let stored = store.apply(batch).await;
+                (stored, started.elapsed())
+            }),
             positions,
             identities,
             records: records.len(),
             rollup_rows,
-            started,
         });
         // Memory is ahead of the store only by the batch in flight, which `finish_in_flight` settles.
         self.stale = false;
@@ -429,7 +430,7 @@ impl<C: Consumer> Worker<C> {
     /// what the store holds.
     async fn finish_in_flight(&mut self) -> Result<(), WorkerError> {
         let Some(in_flight) = self.in_flight.take() else { return Ok(()) };
-        let InFlight { write, positions, records, rollup_rows, started, .. } = in_flight;
+        let InFlight { write, positions, records, rollup_rows, .. } = in_flight;
         // A slow store must not freeze the lag gauge: it keeps following the bus while the batch is written.
         tokio::pin!(write);
         let mut refresh = tokio::time::interval(LAG_REFRESH);
@@ -444,15 +445,18 @@ impl<C: Consumer> Worker<C> {
         };
         let applied = applied
             .map_err(|err| WorkerError::Store(StoreError::Unavailable(format!("store write failed: {err}"))))
-            .and_then(|stored| stored.map_err(WorkerError::from));
-        if let Err(err) = applied {
-            self.stale = true;
-            let _ = self.reload().await;
-            return Err(err);
-        }
+            .and_then(|(stored, took)| stored.map(|()| took).map_err(WorkerError::from));
+        let took = match applied {
+            Ok(took) => took,
+            Err(err) => {
+                self.stale = true;
+                let _ = self.reload().await;
+                return Err(err);
+            }
+        };
         self.rollup_marks.extend(positions.iter().map(|(s, o)| (*s, *o)));
         metrics::ROLLUP_ROWS.with_label_values(&["written"]).inc_by(rollup_rows as u64);
-        let seconds = started.elapsed().as_secs_f64();
+        let seconds = took.as_secs_f64();
         metrics::FLUSH_SECONDS.observe(seconds);
         metrics::BATCH_SIZE.observe(records as f64);
         self.positions.extend(positions);
