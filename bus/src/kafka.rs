@@ -396,9 +396,14 @@ impl Consumer for KafkaGroupConsumer {
             tokio::task::spawn_blocking(move || {
                 let mut records = Vec::new();
                 let mut limit = wait;
-                while records.len() < max {
+                let mut bytes = 0;
+                while records.len() < max && bytes < crate::POLL_BYTES {
                     match consumer.poll(limit) {
-                        Some(Ok(message)) => records.push(delivered(&settings, &message)?),
+                        Some(Ok(message)) => {
+                            let record = delivered(&settings, &message)?;
+                            bytes += record.payload.len();
+                            records.push(record);
+                        }
                         // Consumer errors report the connection (a broker down, a transport failure):
                         // librdkafka reconnects by itself, so they mean "nothing to read now".
                         Some(Err(err)) => {

@@ -14,6 +14,11 @@ use driftline_schemas::{InputPosition, Timestamp};
 /// The last processed offset of each input partition (`InputPosition::partition` → offset).
 pub type Positions = BTreeMap<u32, u64>;
 
+/// A poll returns records until their payloads reach this many bytes (at least one record), whatever
+/// number it may take: a detector batch of 20,000 records is a few MB of ordinary spans, but could be
+/// gigabytes of records near the size limits.
+pub const POLL_BYTES: usize = 64 << 20;
+
 pub use kafka::{stream, KafkaBus, KafkaGroupConsumer, KafkaSettings};
 pub use partition::{murmur2, partition_for_key};
 pub use sqlite::SqliteBus;
@@ -89,7 +94,7 @@ pub trait Producer: Send + Sync {
 #[async_trait]
 pub trait Consumer: Send {
     /// Up to `max` records after `positions` (from the start of a partition it does not name), waiting up
-    /// to `wait` for the first.
+    /// to `wait` for the first; no more once their payloads reach [`POLL_BYTES`].
     async fn poll(
         &mut self,
         positions: &Positions,

@@ -18,6 +18,8 @@ pub struct SqliteBus {
     connection: Arc<Mutex<Connection>>,
     appended: Arc<Notify>,
     clock: fn() -> i64,
+    /// Payload bytes a poll stops at ([`crate::POLL_BYTES`]; smaller in tests).
+    poll_bytes: usize,
 }
 
 impl SqliteBus {
@@ -40,7 +42,14 @@ impl SqliteBus {
             connection: Arc::new(Mutex::new(connection)),
             appended: Arc::new(Notify::new()),
             clock,
+            poll_bytes: crate::POLL_BYTES,
         })
+    }
+
+    /// The same log, its polls stopping at `bytes` of payload.
+    pub fn with_poll_bytes(mut self, bytes: usize) -> Self {
+        self.poll_bytes = bytes;
+        self
     }
 
     /// A consumer of this log (several may read it independently).
@@ -79,18 +88,23 @@ impl SqliteBus {
                 row.get::<_, i64>(0)?,
                 row.get::<_, String>(1)?,
                 row.get(2)?,
-                row.get(3)?,
+                row.get::<_, Vec<u8>>(3)?,
                 row.get::<_, i64>(4)?,
             ))
         })?;
         let mut delivered = Vec::new();
+        let mut bytes = 0;
         for row in rows {
+            if bytes >= self.poll_bytes {
+                break;
+            }
             let (offset, topic, key, payload, appended_at) = row?;
             let offset = offset as u64;
             let topic = Topic::parse(&topic)
                 .ok_or_else(|| BusError::Corrupt { offset, reason: format!("unknown topic {topic:?}") })?;
             let appended_at = Timestamp::from_millis(appended_at)
                 .ok_or_else(|| BusError::Corrupt { offset, reason: "append time out of range".into() })?;
+            bytes += payload.len();
             delivered.push(Delivered {
                 topic,
                 key,
@@ -210,6 +224,31 @@ mod tests {
         assert_eq!(rest[0].position, all[1].position);
         assert_eq!(reopened.end_offset().expect("end"), all[2].position.offset);
         assert_eq!(consumer.lag(&after_first).await.expect("lag").get("log/0"), Some(&2));
+    }
+
+    /// A poll takes records until their payloads reach the budget, however many it may take: large
+    /// records make small batches, and a record larger than the budget still comes alone.
+    #[tokio::test]
+    async fn a_poll_stops_at_its_payload_bytes() {
+        let dir = std::env::temp_dir().join(format!("driftline-bus-bytes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("bus.db");
+        let _ = std::fs::remove_file(&path);
+        let bus = SqliteBus::open(&path, || 0).expect("open").with_poll_bytes(1_000);
+        let sizes = [400, 400, 400, 5_000, 10];
+        bus.publish(sizes.iter().map(|&n| message(Topic::Spans, "k", &"x".repeat(n))).collect())
+            .await
+            .expect("publish");
+        let mut consumer = bus.consumer();
+        let mut positions = Positions::new();
+        let mut batches = Vec::new();
+        loop {
+            let got = consumer.poll(&positions, 100, Duration::ZERO).await.expect("poll");
+            let Some(last) = got.last() else { break };
+            positions.insert(0, last.position.offset);
+            batches.push(got.iter().map(|d| d.payload.len()).collect::<Vec<_>>());
+        }
+        assert_eq!(batches, [vec![400, 400, 400], vec![5_000], vec![10]]);
     }
 
     #[tokio::test]
