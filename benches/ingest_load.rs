@@ -1,12 +1,18 @@
 //! `make bench` (service part) measures, on `driftline serve` (embedded) or, with
 //! `DRIFTLINE_BENCH_MODE=split` (`make bench-distributed`, after `make infra-up`), on separate
 //! `driftline ingest | detect | api` processes over Kafka and ClickHouse:
-//! 1. sustained ingest: client threads posting batches of spans for a fixed time (spans/s acknowledged);
-//!    in split mode next to a plain rdkafka producer sending the same spans with the same settings;
-//! 2. detector throughput: spans/s from the end of the load until every call is queryable;
-//! 3. span → queryable latency under background load: a span for a new tool is posted, then its shape
-//!    endpoint is polled until the detector has stored it (p50 / p99 over the samples);
-//! 4. in split mode, recovery after kill -9 of the detector with a backlog: restart to caught up.
+//! 1. sustained ingest: client threads posting batches of spans for 10 s or 1,000,000 spans (spans/s
+//!    acknowledged); in split mode next to a plain rdkafka producer sending the same spans with the same
+//!    settings;
+//! 2. detector throughput on the backlog, alone: spans/s by its stored-records counter, from its first
+//!    stored batch;
+//! 3. span → queryable latency at 10,000 spans/s of background load: a span for a new tool is posted, then
+//!    its shape endpoint is polled until the detector has stored it (p50 / p99 over the samples);
+//! 4. in split mode, recovery after kill -9 of the detector with a backlog: restart to caught up;
+//! 5. embedded, the memory of 3,000 idle keep-alive connections and `/metrics` under made-up methods.
+//!
+//! Figures go to `target/bench/service-{embedded,split}.json` for `scripts/bench-summary.py`.
+//! `DRIFTLINE_BENCH_LOG=info` shows the stages' logs (default `warn`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

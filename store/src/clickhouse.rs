@@ -36,7 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/clickhouse/0004_rollups.sql"),
 ];
 const CONSUMER: &str = "detectors";
-/// Identities looked up in one query (a detector batch holds up to 100,000 records).
+/// Identities looked up in one query: a default batch (20,000 records) in one, the largest (100,000) in four.
 const IDENTITIES_PER_LOOKUP: usize = 25_000;
 const POSITION: &str = "position";
 

@@ -52,12 +52,16 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let writer = Connection::open(path)?;
         writer.pragma_update(None, "journal_mode", "WAL")?;
+        // No fsync per batch: the bus keeps FULL, and what a power cut takes from here (outputs, state and
+        // position, together) is read again from it (ARCHITECTURE.md, invariants).
         writer.pragma_update(None, "synchronous", "NORMAL")?;
+        // 128 MiB of pages (SQLite's default is 2 MiB): the identity index is random by nature and every
+        // batch touches pages all over it.
         writer.pragma_update(None, "cache_size", -131_072)?;
         writer.busy_timeout(Duration::from_secs(5))?;
-        // Checkpoints every 10,000 pages instead of 1,000: the index pages every batch touches (calls and
-        // identities are keyed by hashes) are copied back once per checkpoint, not ten times (detector on
-        // a 670,000-span backlog: ≈13,700 → ≈15,300 spans/s). The WAL grows to ≈40 MB between them.
+        // Checkpoints every 10,000 pages instead of 1,000: the identity pages every batch touches are copied
+        // back once per checkpoint, not ten times (detector on a 670,000-span backlog, before calls were
+        // keyed by position: ≈13,700 → ≈15,300 spans/s). The WAL grows to ≈40 MB between them.
         writer.pragma_update(None, "wal_autocheckpoint", 10_000)?;
         migrate(&writer)?;
         let reader = Connection::open(path)?;
@@ -1123,11 +1127,16 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn an_upgraded_store_keeps_its_position_and_reapplies_nothing() {
-        let dir = std::env::temp_dir().join(format!("driftline-store-upgrade-{}", std::process::id()));
+    fn fresh_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("driftline-store-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    }
+
+    #[tokio::test]
+    async fn an_upgraded_store_keeps_its_position_and_reapplies_nothing() {
+        let dir = fresh_dir("upgrade");
         let path = dir.join("driftline.db");
         {
             // A store written by version 1 of the schema, with a stored position.
@@ -1154,9 +1163,7 @@ mod tests {
     /// records are still stored once.
     #[tokio::test]
     async fn calls_and_identities_stored_before_append_keys_are_kept() {
-        let dir = std::env::temp_dir().join(format!("driftline-store-append-keys-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh_dir("append-keys");
         let path = dir.join("driftline.db");
         let now = Timestamp::from_millis(1_800_000_000_000).expect("time");
         {
@@ -1237,9 +1244,7 @@ mod tests {
 
     #[tokio::test]
     async fn offsets_beyond_32_bits_round_trip() {
-        let dir = std::env::temp_dir().join(format!("driftline-store-offsets-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh_dir("offsets");
         let store = SqliteStore::open(&dir.join("driftline.db")).expect("open");
         let far = (1u64 << 32) + 17;
         let batch = Batch {

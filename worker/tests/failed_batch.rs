@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use driftline_bus::{Message, Producer, SqliteBus, Topic};
-use driftline_store::{Batch, DetectorStore, QueryStore, Resume, SqliteStore, StoreError, Streams};
+use driftline_store::{Batch, DetectorStore, QueryStore, SqliteStore, StoreError};
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::{json, Value};
 
-/// The SQLite store, refusing the `fail_on`-th batch once. The worker needs only the detector's side.
+mod support;
+
+/// The SQLite store, refusing the `fail_on`-th batch once.
 struct Flaky {
-    inner: SqliteStore,
     applies: AtomicUsize,
     fail_on: usize,
     /// The refused batch's outputs are stored, its state and positions not: what a crash of a ClickHouse
@@ -22,39 +23,16 @@ struct Flaky {
 }
 
 #[async_trait]
-impl DetectorStore for Flaky {
-    async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
+impl support::Hooks for Flaky {
+    async fn apply(&self, store: &SqliteStore, batch: Batch) -> Result<(), StoreError> {
         if self.applies.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_on {
             if self.half_written {
                 let outputs = Batch { positions: Default::default(), states: Vec::new(), ..batch };
-                self.inner.apply(outputs).await?;
+                store.apply(outputs).await?;
             }
             return Err(StoreError::Unavailable("injected failure".into()));
         }
-        self.inner.apply(batch).await
-    }
-    async fn rollups(
-        &self,
-        keys: &[driftline_store::rollup::RollupKey],
-    ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
-        self.inner.rollups(keys).await
-    }
-    async fn backfill_rollups(
-        &self,
-        tools: &[(driftline_schemas::ToolKey, driftline_schemas::InputPosition)],
-        backfill: driftline_store::rollup::Backfill,
-    ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
-        self.inner.backfill_rollups(tools, backfill).await
-    }
-    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
-        self.inner.resume(streams).await
-    }
-    async fn stored_calls(
-        &self,
-        identities: &[String],
-        since: driftline_schemas::Timestamp,
-    ) -> Result<std::collections::HashMap<String, driftline_schemas::InputPosition>, StoreError> {
-        self.inner.stored_calls(identities, since).await
+        store.apply(batch).await
     }
 }
 
@@ -79,11 +57,9 @@ async fn run(name: &str, fail_on: usize, half_written: bool, pipelined: bool) ->
     let dir = dir(name);
     let bus = SqliteBus::open(&dir.join("bus.db"), || 0).expect("bus");
     bus.publish((0..30).map(record).collect()).await.expect("publish");
-    let store = Arc::new(Flaky {
+    let store = Arc::new(support::Hooked {
         inner: SqliteStore::open(&dir.join("store.db")).expect("store"),
-        applies: AtomicUsize::new(0),
-        fail_on,
-        half_written,
+        hooks: Flaky { applies: AtomicUsize::new(0), fail_on, half_written },
     });
     let mut worker =
         Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");

@@ -8,14 +8,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use driftline_bus::{Message, Producer, SqliteBus, Topic};
 use driftline_schemas::{InputPosition, Timestamp};
-use driftline_store::{Batch, DetectorStore, QueryStore, Resume, SqliteStore, StoreError, Streams};
+use driftline_store::{Batch, DetectorStore, QueryStore, SqliteStore, StoreError, Streams};
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::json;
 
-/// The SQLite store, holding back the first batch's write until the worker looks up the second batch's
-/// calls: the lookup then runs while the first batch is in flight, before the store holds its calls.
+mod support;
+
+/// Holds back the first batch's write until the worker looks up the second batch's calls: the lookup then
+/// runs while the first batch is in flight, before the store holds its calls.
 struct HeldFirstWrite {
-    inner: SqliteStore,
     lookups: AtomicUsize,
     applies: AtomicUsize,
     second_lookup: tokio::sync::Notify,
@@ -24,40 +25,26 @@ struct HeldFirstWrite {
 }
 
 #[async_trait]
-impl DetectorStore for HeldFirstWrite {
-    async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
+impl support::Hooks for HeldFirstWrite {
+    async fn apply(&self, store: &SqliteStore, batch: Batch) -> Result<(), StoreError> {
         if self.applies.fetch_add(1, Ordering::SeqCst) == 0 {
             tokio::time::timeout(Duration::from_secs(10), self.second_lookup.notified())
                 .await
                 .map_err(|_| StoreError::Unavailable("the second batch was never looked up".into()))?;
         }
         let calls = batch.calls.len();
-        self.inner.apply(batch).await?;
+        store.apply(batch).await?;
         self.stored.lock().expect("lock").push(calls);
         Ok(())
     }
-    async fn rollups(
-        &self,
-        keys: &[driftline_store::rollup::RollupKey],
-    ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
-        self.inner.rollups(keys).await
-    }
-    async fn backfill_rollups(
-        &self,
-        tools: &[(driftline_schemas::ToolKey, InputPosition)],
-        backfill: driftline_store::rollup::Backfill,
-    ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
-        self.inner.backfill_rollups(tools, backfill).await
-    }
-    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
-        self.inner.resume(streams).await
-    }
+
     async fn stored_calls(
         &self,
+        store: &SqliteStore,
         identities: &[String],
         since: Timestamp,
     ) -> Result<std::collections::HashMap<String, InputPosition>, StoreError> {
-        let found = self.inner.stored_calls(identities, since).await;
+        let found = store.stored_calls(identities, since).await;
         if self.lookups.fetch_add(1, Ordering::SeqCst) == 1 {
             self.second_lookup.notify_one();
         }
@@ -84,19 +71,25 @@ async fn a_retry_of_a_call_in_flight_counts_once() {
     let second: Vec<Message> = ["a2", "b0", "b1", "b2", "b3"].into_iter().map(call).collect();
     bus.publish(first).await.expect("publish");
     bus.publish(second).await.expect("publish");
-    let store = Arc::new(HeldFirstWrite {
+    let store = Arc::new(support::Hooked {
         inner: SqliteStore::open(&dir.join("store.db")).expect("store"),
-        lookups: AtomicUsize::new(0),
-        applies: AtomicUsize::new(0),
-        second_lookup: tokio::sync::Notify::new(),
-        stored: std::sync::Mutex::new(Vec::new()),
+        hooks: HeldFirstWrite {
+            lookups: AtomicUsize::new(0),
+            applies: AtomicUsize::new(0),
+            second_lookup: tokio::sync::Notify::new(),
+            stored: std::sync::Mutex::new(Vec::new()),
+        },
     });
     let mut worker =
         Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
     assert_eq!(worker.step(5, Duration::ZERO).await.expect("first").records, 5);
     assert_eq!(worker.step(5, Duration::ZERO).await.expect("second").records, 5);
     worker.flush().await.expect("stored");
-    assert_eq!(*store.stored.lock().expect("lock"), [5, 4], "the retry is not stored; batches in order");
+    assert_eq!(
+        *store.hooks.stored.lock().expect("lock"),
+        [5, 4],
+        "the retry is not stored; batches in order"
+    );
     let shape = store.inner.tool_shape("p", "srv", "t").await.expect("shape").expect("a tool");
     assert_eq!(shape.telemetry.fingerprinted, 9, "nine distinct calls, the retry counted once");
     let resume = store.inner.resume(Streams::All).await.expect("resume");

@@ -119,6 +119,23 @@ fn depth_limit_is_128_containers() {
     check(&format!("[1,{}]", nested_arrays(DEPTH_LIMIT)), "<too_deep>");
     // Syntax errors win over depth.
     check(&"[".repeat(200), "<unparseable>");
+    // A passed-over element keeps its containers' kinds past 64 levels too (in bits up to 64, then in a
+    // list): objects and arrays alternating 100 deep close right, and a wrong bracket deep inside is found.
+    let mixed = |depth: usize, wrong_at: Option<usize>| {
+        let open: String = (0..depth).map(|i| if i % 2 == 0 { "{\"a\":" } else { "[" }).collect();
+        let close: String = (0..depth)
+            .rev()
+            .map(|i| match (i % 2 == 0, wrong_at == Some(i)) {
+                (true, false) | (false, true) => "}",
+                _ => "]",
+            })
+            .collect();
+        format!("[1,{open}0{close}]")
+    };
+    check(&mixed(100, None), "[number]");
+    check(&mixed(100, Some(90)), "<unparseable>");
+    check(&mixed(100, Some(10)), "<unparseable>");
+    check(&mixed(DEPTH_LIMIT, None), "<too_deep>");
 }
 
 #[test]

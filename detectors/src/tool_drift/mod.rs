@@ -162,18 +162,14 @@ impl ServerState {
         self.rehash_if_stale();
         // The common case: a probe finds the list it found before, as sent. The normal form is a function
         // of the list, so an equal list has the hash already known and nothing to diff.
-        if let Some(observed) = self.observe_known(&snapshot.tools, context) {
-            return observed;
+        match self.observe_known(&snapshot.tools, context) {
+            Some(observed) => observed,
+            None => self.observe_list_normalising(snapshot, context, policy),
         }
-        let normal = normalize_tools(&snapshot.tools);
-        let current = HashedTools { hash: tools_hash(&normal), tools: snapshot.tools.clone() };
-        let (hash, tool_count) = (current.hash.clone(), normal.len());
-        let outputs = self.observe_normal(current, &normal, context, policy);
-        Observed { outputs, hash, tool_count }
     }
 
-    /// [`ServerState::observe_list`] without the shortcut for lists seen before (the tests' reference).
-    #[cfg(test)]
+    /// [`ServerState::observe_list`] for a list not seen before: normalised, hashed and diffed (the tests
+    /// hold the shortcut for lists seen before to this).
     fn observe_list_normalising(
         &mut self,
         snapshot: &ToolListSnapshot,
@@ -195,9 +191,7 @@ impl ServerState {
             (Some(baseline), _) if baseline.tools == tools => {
                 let hash = baseline.hash.clone();
                 self.down = None;
-                self.observed = None;
-                self.last_check_drifted = false;
-                (hash, self.close_open_events(EventStatus::Reverted, None, context.at))
+                (hash, self.back_to_baseline(context.at))
             }
             (Some(_), Some(observed)) if observed.tools == tools => {
                 self.down = None;
@@ -232,9 +226,7 @@ impl ServerState {
             return vec![output];
         };
         if current.hash == baseline.hash {
-            self.observed = None;
-            self.last_check_drifted = false;
-            return self.close_open_events(EventStatus::Reverted, None, context.at);
+            return self.back_to_baseline(context.at);
         }
         if self.observed.as_ref().is_some_and(|seen| seen.hash == current.hash) {
             return Vec::new(); // the same drift again: one event is enough
@@ -266,6 +258,13 @@ impl ServerState {
         // once, then UP). A compatible change is no reason to look at the server at all: it stays UP.
         self.last_check_drifted = policy == BaselinePolicy::Auto;
         outputs
+    }
+
+    /// The server sent its baseline: any drift it showed is over.
+    fn back_to_baseline(&mut self, at: Timestamp) -> Vec<ToolListOutput> {
+        self.observed = None;
+        self.last_check_drifted = false;
+        self.close_open_events(EventStatus::Reverted, None, at)
     }
 
     /// Hashes stored by an older normal form are recomputed from the lists they came with.
