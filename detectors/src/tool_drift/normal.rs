@@ -33,7 +33,7 @@ pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
                 continue;
             }
             let value = match (key.as_str(), value) {
-                ("description" | "title", Value::String(text)) => Value::String(layout_free(text)),
+                ("description" | "title", Value::String(text)) => Value::String(layout_free_copy(text)),
                 ("inputSchema" | "outputSchema", _) => normalize_root_schema(value),
                 ("annotations", _) => match normalize_annotations(value) {
                     Some(value) => value,
@@ -66,6 +66,42 @@ pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
     }
     normal.sort_by(|a, b| a.name.cmp(&b.name));
     normal
+}
+
+/// [`layout_free`], without building the text again when it has no layout to lose (most descriptions).
+fn layout_free_copy(text: &str) -> String {
+    if is_layout_free(text) {
+        text.to_owned()
+    } else {
+        layout_free(text)
+    }
+}
+
+/// Whether [`layout_free`] leaves the text as it is: words apart by single spaces, lines by one line
+/// break or one blank line, nothing before the first word or after the last, no other whitespace.
+fn is_layout_free(text: &str) -> bool {
+    #[derive(PartialEq)]
+    enum After {
+        Start,
+        Word,
+        Space,
+        LineBreak,
+        BlankLine,
+    }
+    let mut after = After::Start;
+    for c in text.chars() {
+        after = match (c, after) {
+            (' ', After::Word) => After::Space,
+            ('\n', After::Word) => After::LineBreak,
+            ('\n', After::LineBreak) => After::BlankLine,
+            (' ' | '\n', _) => return false,
+            (c, _) if c.is_whitespace() => return false,
+            (_, After::Start | After::Word | After::LineBreak | After::BlankLine | After::Space) => {
+                After::Word
+            }
+        };
+    }
+    matches!(after, After::Start | After::Word)
 }
 
 /// Model-visible text without its layout: line endings, indentation, trailing spaces, runs of spaces and
@@ -115,7 +151,7 @@ fn normalize_annotations(annotations: &Value) -> Option<Value> {
             !value.is_null() && !at_default && !moot
         })
         .map(|(key, value)| match (key.as_str(), value) {
-            ("title", Value::String(text)) => (key.clone(), Value::String(layout_free(text))),
+            ("title", Value::String(text)) => (key.clone(), Value::String(layout_free_copy(text))),
             _ => (key.clone(), value.clone()),
         })
         .collect();
@@ -161,8 +197,9 @@ pub fn normalize_root_schema(schema: &Value) -> Value {
     if !mentions_ref(schema) {
         return normalize(schema, true);
     }
-    let inlined = inline_local_refs(schema);
-    normalize(&inlined.schema, inlined.complete)
+    let mut inlined = inline_local_refs(schema);
+    normalize_in_place(&mut inlined.schema, inlined.complete);
+    inlined.schema
 }
 
 /// Whether a `$ref` key appears anywhere (also where it is no keyword: a property named `$ref` only
@@ -181,40 +218,145 @@ pub fn normalize_schema(schema: &Value) -> Value {
 }
 
 fn normalize(schema: &Value, drop_definitions: bool) -> Value {
-    let Some(object) = schema.as_object() else { return schema.clone() };
-    let mut out = Map::new();
-    for (key, value) in object {
-        let normal = match (key.as_str(), value) {
-            ("$defs" | "definitions", _) if drop_definitions => continue,
-            ("$schema" | "$id" | "$comment" | "$anchor" | "$dynamicAnchor", _) => continue,
-            ("required" | "enum", Value::Array(items)) => Value::Array(sorted_unique(items)),
-            ("type", Value::Array(items)) => match sorted_unique(items).as_slice() {
-                [single] => single.clone(),
-                many => Value::Array(many.to_vec()),
-            },
-            (k, Value::Object(map)) if SCHEMA_MAP_KEYWORDS.contains(&k) => Value::Object(
-                map.iter().map(|(name, s)| (name.clone(), normalize(s, drop_definitions))).collect(),
-            ),
-            (k, Value::Array(items)) if SCHEMA_LIST_KEYWORDS.contains(&k) || k == "items" => {
-                Value::Array(items.iter().map(|s| normalize(s, drop_definitions)).collect())
+    let mut schema = schema.clone();
+    normalize_in_place(&mut schema, drop_definitions);
+    schema
+}
+
+/// Normalises a copy where it lies: most of a schema is already in normal form, and rebuilding every
+/// map (rather than changing the few members that differ) would cost most of the time.
+fn normalize_in_place(schema: &mut Value, drop_definitions: bool) {
+    let Value::Object(object) = schema else { return };
+    object.retain(|key, _| match key.as_str() {
+        "$defs" | "definitions" => !drop_definitions,
+        "$schema" | "$id" | "$comment" | "$anchor" | "$dynamicAnchor" => false,
+        _ => true,
+    });
+    for (key, value) in object.iter_mut() {
+        match (key.as_str(), value) {
+            ("required" | "enum", Value::Array(items)) => sort_unique(items),
+            ("type", value @ Value::Array(_)) => {
+                if let Value::Array(items) = value {
+                    sort_unique(items);
+                    if let [single] = items.as_mut_slice() {
+                        let single = single.take();
+                        *value = single;
+                    }
+                }
             }
-            (k, value) if SCHEMA_KEYWORDS.contains(&k) => normalize(value, drop_definitions),
-            ("description" | "title", Value::String(text)) => Value::String(layout_free(text)),
-            (_, value) => value.clone(),
-        };
-        out.insert(key.clone(), normal);
+            (k, Value::Object(map)) if SCHEMA_MAP_KEYWORDS.contains(&k) => {
+                map.values_mut().for_each(|s| normalize_in_place(s, drop_definitions))
+            }
+            (k, Value::Array(items)) if SCHEMA_LIST_KEYWORDS.contains(&k) || k == "items" => {
+                items.iter_mut().for_each(|s| normalize_in_place(s, drop_definitions))
+            }
+            (k, value) if SCHEMA_KEYWORDS.contains(&k) => normalize_in_place(value, drop_definitions),
+            ("description" | "title", Value::String(text)) if !is_layout_free(text) => {
+                *text = layout_free(text);
+            }
+            _ => {}
+        }
     }
+    // A rewrite runs only where a keyword it reads is present; what one rewrite changes, the next sees.
+    let mut present = keywords_present(object);
     for equivalence in EQUIVALENCES {
-        (equivalence.rewrite)(&mut out);
+        if present & equivalence.reads != 0 {
+            (equivalence.rewrite)(object);
+            present = keywords_present(object);
+        }
     }
-    Value::Object(out)
+}
+
+/// The keywords the equivalences read, one bit each.
+mod keyword {
+    pub const ALL_OF: u32 = 1 << 0;
+    pub const ANY_OF: u32 = 1 << 1;
+    pub const ONE_OF: u32 = 1 << 2;
+    pub const CONST: u32 = 1 << 3;
+    pub const ENUM: u32 = 1 << 4;
+    pub const TYPE: u32 = 1 << 5;
+    /// `exclusiveMinimum` / `exclusiveMaximum`.
+    pub const EXCLUSIVE_BOUND: u32 = 1 << 6;
+    /// `minimum` / `maximum`.
+    pub const INCLUSIVE_BOUND: u32 = 1 << 7;
+    /// `maxLength`, `maxItems`, `maxProperties`, `maxContains`.
+    pub const SIZE_LIMIT: u32 = 1 << 8;
+    /// Keywords with a default `drop_defaults` knows.
+    pub const DEFAULTABLE: u32 = 1 << 9;
+}
+
+fn keywords_present(schema: &Map<String, Value>) -> u32 {
+    use keyword::*;
+    schema.keys().fold(0, |present, key| {
+        present
+            | match key.as_str() {
+                "allOf" => ALL_OF,
+                "anyOf" => ANY_OF,
+                "oneOf" => ONE_OF,
+                "const" => CONST,
+                "enum" => ENUM,
+                "type" => TYPE,
+                "exclusiveMinimum" | "exclusiveMaximum" => EXCLUSIVE_BOUND,
+                "minimum" | "maximum" => INCLUSIVE_BOUND,
+                "maxLength" | "maxItems" | "maxProperties" | "maxContains" => SIZE_LIMIT,
+                "minLength"
+                | "minItems"
+                | "minProperties"
+                | "uniqueItems"
+                | "additionalProperties"
+                | "items"
+                | "required"
+                | "properties"
+                | "deprecated"
+                | "readOnly"
+                | "writeOnly"
+                | "propertyNames" => DEFAULTABLE,
+                _ => 0,
+            }
+    })
+}
+
+/// Sorts order-free values by their canonical JSON and drops repeats.
+fn sort_unique(items: &mut Vec<Value>) {
+    // Names and type names (nearly every such list) compare as their canonical JSON does without
+    // writing it, as long as no character needs an escape.
+    let plain = |v: &Value| v.as_str().is_some_and(|s| !s.bytes().any(needs_escape));
+    if items.iter().all(plain) {
+        let order =
+            |a: &Value, b: &Value| quoted_cmp(a.as_str().unwrap_or_default(), b.as_str().unwrap_or_default());
+        if items.windows(2).all(|pair| order(&pair[0], &pair[1]).is_lt()) {
+            return;
+        }
+        items.sort_by(order);
+        items.dedup_by(|a, b| a == b);
+        return;
+    }
+    let mut keyed: Vec<(String, Value)> = items.drain(..).map(|v| (canonical_json(&v), v)).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.dedup_by(|a, b| a.0 == b.0);
+    items.extend(keyed.into_iter().map(|(_, v)| v));
 }
 
 fn sorted_unique(items: &[Value]) -> Vec<Value> {
-    let mut keyed: Vec<(String, &Value)> = items.iter().map(|v| (canonical_json(v), v)).collect();
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    keyed.dedup_by(|a, b| a.0 == b.0);
-    keyed.into_iter().map(|(_, v)| v.clone()).collect()
+    let mut items = items.to_vec();
+    sort_unique(&mut items);
+    items
+}
+
+/// A byte canonical JSON writes escaped.
+fn needs_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// The order of two strings' canonical JSON (`"a"` against `"ab"`) when neither needs an escape: the
+/// closing quote takes part where one string is a prefix of the other.
+fn quoted_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let common = a.len().min(b.len());
+    a[..common].cmp(&b[..common]).then_with(|| {
+        let next = |s: &[u8]| s.get(common).copied().unwrap_or(b'"');
+        next(a).cmp(&next(b))
+    })
 }
 
 /// Two spellings of one constraint, and the rewrite that turns the first into the second. Applied in
@@ -225,6 +367,8 @@ pub struct Equivalence {
     pub example: &'static str,
     /// … and the same schema written the normal way.
     pub same_as: &'static str,
+    /// The keywords (bits of `keyword`) whose presence the rewrite needs to change anything.
+    reads: u32,
     rewrite: fn(&mut Map<String, Value>),
 }
 
@@ -236,66 +380,77 @@ pub const EQUIVALENCES: &[Equivalence] = &[
         name: "a one-branch allOf/anyOf/oneOf is its branch",
         example: r#"{"allOf": [{"type": "string"}], "description": "d"}"#,
         same_as: r#"{"type": "string", "description": "d"}"#,
+        reads: keyword::ALL_OF | keyword::ANY_OF | keyword::ONE_OF,
         rewrite: merge_single_branch,
     },
     Equivalence {
         name: "an anyOf inside an anyOf is part of it",
         example: r#"{"anyOf": [{"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 2}]}, {"type": "object", "required": ["a"]}]}"#,
         same_as: r#"{"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 2}, {"type": "object", "required": ["a"]}]}"#,
+        reads: keyword::ANY_OF,
         rewrite: flatten_nested_any_of,
     },
     Equivalence {
         name: "a union of value lists is one value list",
         example: r#"{"anyOf": [{"type": "string", "const": "off"}, {"type": "string", "enum": ["strict"]}], "default": "off"}"#,
         same_as: r#"{"type": "string", "enum": ["off", "strict"], "default": "off"}"#,
+        reads: keyword::ANY_OF | keyword::ONE_OF,
         rewrite: value_list_union,
     },
     Equivalence {
         name: "anyOf/oneOf of bare types is a type list",
         example: r#"{"anyOf": [{"type": "string"}, {"type": "null"}]}"#,
         same_as: r#"{"type": ["null", "string"]}"#,
+        reads: keyword::ANY_OF | keyword::ONE_OF,
         rewrite: bare_type_union,
     },
     Equivalence {
         name: "const is a one-value enum",
         example: r#"{"const": "a"}"#,
         same_as: r#"{"enum": ["a"]}"#,
+        reads: keyword::CONST,
         rewrite: const_as_enum,
     },
     Equivalence {
         name: "an enum implies the type of its values",
         example: r#"{"type": "number", "enum": [1, 2]}"#,
         same_as: r#"{"enum": [1, 2]}"#,
+        reads: keyword::ENUM,
         rewrite: enum_implies_type,
     },
     Equivalence {
         name: "integer within number is number; every type is no type",
         example: r#"{"type": ["integer", "number"]}"#,
         same_as: r#"{"type": "number"}"#,
+        reads: keyword::TYPE,
         rewrite: implied_type_list,
     },
     Equivalence {
         name: "draft-4 boolean exclusive bounds are numeric exclusive bounds",
         example: r#"{"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 9, "exclusiveMaximum": false}"#,
         same_as: r#"{"type": "number", "exclusiveMinimum": 0, "maximum": 9}"#,
+        reads: keyword::EXCLUSIVE_BOUND,
         rewrite: draft4_exclusive_bounds,
     },
     Equivalence {
         name: "bounds at or beyond the safe-integer limit constrain nothing",
         example: r#"{"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991, "maxLength": 9007199254740991}"#,
         same_as: r#"{"type": "integer"}"#,
+        reads: keyword::INCLUSIVE_BOUND | keyword::EXCLUSIVE_BOUND | keyword::SIZE_LIMIT,
         rewrite: unbounded_limits,
     },
     Equivalence {
         name: "integer bounds compare as integer sets",
         example: r#"{"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10.5, "minimum": -3}"#,
         same_as: r#"{"type": "integer", "minimum": 1, "maximum": 10}"#,
+        reads: keyword::INCLUSIVE_BOUND | keyword::EXCLUSIVE_BOUND,
         rewrite: integer_bounds,
     },
     Equivalence {
         name: "keywords at their default say nothing",
         example: r#"{"minLength": 0, "minItems": 0, "minProperties": 0, "uniqueItems": false, "additionalProperties": true, "items": {}, "required": [], "properties": {}, "deprecated": false, "readOnly": false, "writeOnly": false, "propertyNames": {"type": "string"}}"#,
         same_as: r#"{}"#,
+        reads: keyword::DEFAULTABLE,
         rewrite: drop_defaults,
     },
 ];
@@ -662,6 +817,27 @@ mod tests {
         assert!(same(inline.clone(), behind_defs));
         assert!(same(inline.clone(), renamed));
         assert!(same(inline, wrapped));
+    }
+
+    proptest::proptest! {
+        /// The check that spares rebuilding a text agrees with rebuilding it.
+        #[test]
+        fn layout_free_text_is_recognised(text in "[ab \n\r\t\u{a0}\u{2003}]{0,12}") {
+            proptest::prop_assert_eq!(is_layout_free(&text), layout_free(&text) == text);
+        }
+
+        /// Lists of plain strings are sorted without writing them, in their canonical JSON's order.
+        #[test]
+        fn order_free_strings_sort_as_their_canonical_json(
+            items in proptest::collection::vec("[ !#a-c\"\u{1}\u{e9}]{0,3}", 0..6)
+        ) {
+            let mut items: Vec<Value> = items.into_iter().map(Value::String).collect();
+            let mut expected: Vec<(String, Value)> = items.iter().map(|v| (canonical_json(v), v.clone())).collect();
+            expected.sort_by(|a, b| a.0.cmp(&b.0));
+            expected.dedup_by(|a, b| a.0 == b.0);
+            sort_unique(&mut items);
+            proptest::prop_assert_eq!(items, expected.into_iter().map(|(_, v)| v).collect::<Vec<_>>());
+        }
     }
 
     #[test]

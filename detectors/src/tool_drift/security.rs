@@ -78,7 +78,12 @@ impl ToolNames {
     /// in `text` and length.
     fn first_mentioned(&self, text: &str, own: &str) -> Option<(usize, usize)> {
         let matcher = self.matcher.get_or_init(|| {
-            aho_corasick::AhoCorasick::new(self.searched.iter().map(|&i| self.names[i].as_str())).ok()
+            // A contiguous NFA: a diff reviews a few texts, and the DFA the crate would pick for a short list
+            // costs more to build than those searches take.
+            aho_corasick::AhoCorasick::builder()
+                .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+                .build(self.searched.iter().map(|&i| self.names[i].as_str()))
+                .ok()
         });
         let candidates: BTreeSet<usize> = match matcher {
             Some(matcher) => {
