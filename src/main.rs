@@ -8,11 +8,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// The detector's work (parsing, normalising and diffing tool lists; building rows) is many small
-/// allocations; mimalloc does them in about 60% of the time the system allocator takes (`make bench`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match cli::run(args) {

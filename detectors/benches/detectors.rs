@@ -4,10 +4,6 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-/// The allocator of the `driftline` binary, so the figures are the binary's.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use driftline_detectors::shape::{fingerprint_str, LARGEST_MAX_BYTES};
 use driftline_detectors::shape_drift::{Observation, ToolShapeState};
