@@ -2,14 +2,15 @@
 //! detector updates, and tool-list diffs. `scripts/bench-summary.py` prints the figures to report.
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use driftline_detectors::shape::{fingerprint_str, LARGEST_MAX_BYTES};
 use driftline_detectors::shape_drift::{Observation, ToolShapeState};
 use driftline_detectors::tool_drift::{
-    diff_normal, diff_tools, max_classification, normalize_tools, tools_hash, BaselinePolicy, RecordContext,
-    ServerState,
+    diff_indexed, diff_tools, max_classification, BaselinePolicy, IndexedList, RecordContext, ServerState,
+    ToolIndex,
 };
 use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome};
 use serde_json::{json, Value};
@@ -98,6 +99,24 @@ fn tool_list_of(count: usize, variant: bool) -> Vec<Value> {
         .collect()
 }
 
+/// Everything a peer does per pair once the lists are parsed: index (normalise and hash) both, the second
+/// taking the digests of tools declared as in the first, diff, and the report's JSON.
+fn hash_and_diff(old: &[Value], new: &[Value]) -> (usize, usize) {
+    let old_index = ToolIndex::new(old);
+    let old_list = IndexedList { tools: old, index: &old_index };
+    let new_index = ToolIndex::reusing(new, &[old_list]);
+    let (old_hash, new_hash) = (old_index.hash(), new_index.hash());
+    let changes = if old_hash == new_hash {
+        Vec::new()
+    } else {
+        diff_indexed(old_list, IndexedList { tools: new, index: &new_index })
+    };
+    let report = serde_json::to_string(&json!({"previous_hash": old_hash, "current_hash": new_hash,
+        "max_classification": max_classification(&changes), "changes": changes}))
+    .expect("a report");
+    (changes.len(), report.len())
+}
+
 fn tool_list_diff(c: &mut Criterion) {
     let (old, new) = (tool_list(false), tool_list(true));
     let mut group = c.benchmark_group("tool_drift");
@@ -110,58 +129,59 @@ fn tool_list_diff(c: &mut Criterion) {
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench").to_owned());
     let read = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).ok();
     if let (Some(old_text), Some(new_text)) = (read("tools50_old.json"), read("tools50_new.json")) {
-        let pair = |old_text: &str, new_text: &str| {
-            let old: Vec<Value> = serde_json::from_str(old_text).expect("a tool list");
-            let new: Vec<Value> = serde_json::from_str(new_text).expect("a tool list");
-            let (old, new) = (normalize_tools(&old), normalize_tools(&new));
-            let (old_hash, new_hash) = (tools_hash(&old), tools_hash(&new));
-            let changes = if old_hash == new_hash { Vec::new() } else { diff_normal(&old, &new) };
-            let report = serde_json::to_string(&json!({"previous_hash": old_hash, "current_hash": new_hash,
-                "max_classification": max_classification(&changes), "changes": changes}))
-            .expect("a report");
-            (changes.len(), report.len())
-        };
+        let parse = |text: &str| -> Vec<Value> { serde_json::from_str(text).expect("a tool list") };
+        let pair = |old_text: &str, new_text: &str| hash_and_diff(&parse(old_text), &parse(new_text));
         let (changes, _) = pair(&old_text, &new_text);
         eprintln!("tools50 pair: {changes} changes found");
         group.bench_function("hash_and_diff_tools50", |b| {
             b.iter(|| pair(black_box(&old_text), black_box(&new_text)))
         });
         // The same from lists already parsed (what a peer's figure on parsed lists compares with).
-        let (old_list, new_list): (Vec<Value>, Vec<Value>) = (
-            serde_json::from_str(&old_text).expect("a tool list"),
-            serde_json::from_str(&new_text).expect("a tool list"),
-        );
+        let (old_list, new_list) = (parse(&old_text), parse(&new_text));
         group.bench_function("hash_and_diff_parsed_tools50", |b| {
+            b.iter(|| hash_and_diff(black_box(&old_list), black_box(&new_list)))
+        });
+        // References measured in the same run: parsing the two texts into values (serde_json), and only
+        // validating them (serde_json to `IgnoredAny`, the least any reader of the text does).
+        group.bench_function("serde_json_parse_tools50_pair", |b| {
+            b.iter(|| (parse(black_box(&old_text)).len(), parse(black_box(&new_text)).len()))
+        });
+        group.bench_function("serde_json_ignored_any_tools50_pair", |b| {
             b.iter(|| {
-                let (old, new) =
-                    (normalize_tools(black_box(&old_list)), normalize_tools(black_box(&new_list)));
-                let (old_hash, new_hash) = (tools_hash(&old), tools_hash(&new));
-                let changes = if old_hash == new_hash { Vec::new() } else { diff_normal(&old, &new) };
-                let report =
-                    serde_json::to_string(&json!({"previous_hash": old_hash, "current_hash": new_hash,
-                    "max_classification": max_classification(&changes), "changes": changes}))
-                    .expect("a report");
-                (changes.len(), report.len())
+                serde_json::from_str::<serde::de::IgnoredAny>(black_box(&old_text)).is_ok()
+                    && serde_json::from_str::<serde::de::IgnoredAny>(black_box(&new_text)).is_ok()
             })
         });
-        // What the detector does with a probe's unchanged list: parse it and observe it against the
-        // baseline (equal as sent: no normal form, no hash).
-        let mut state = ServerState::default();
         let context = RecordContext {
             project: "p",
             server: "s",
             position: driftline_schemas::InputPosition { partition: 0, offset: 0 },
             at: driftline_schemas::Timestamp::from_millis(0).expect("a time"),
         };
-        let baseline: Vec<Value> = serde_json::from_str(&old_text).expect("a tool list");
-        state.observe_list(&snapshot(baseline), context, BaselinePolicy::Manual);
+        let mut state = ServerState::default();
+        state.observe_tools(Arc::new(old_list.clone()), context, BaselinePolicy::Manual);
+        // What the detector does with a probe's changed list (parsed) against its indexed baseline: index
+        // it, hash, diff, the event.
+        let changed = Arc::new(new_list.clone());
+        group.bench_function("observe_changed_parsed_tools50", |b| {
+            b.iter(|| {
+                let mut state = state.clone();
+                state
+                    .observe_tools(Arc::clone(black_box(&changed)), context, BaselinePolicy::Manual)
+                    .outputs
+                    .len()
+            })
+        });
+        // What the detector does with a probe's unchanged list: parse it and observe it against the
+        // baseline (equal as sent: no index, no hash).
         group.bench_function("observe_unchanged_tools50", |b| {
             b.iter(|| {
                 let tools: Vec<Value> = serde_json::from_str(black_box(&old_text)).expect("a tool list");
-                state.observe_list(&snapshot(tools), context, BaselinePolicy::Manual).tool_count
+                state.observe_tools(Arc::new(tools), context, BaselinePolicy::Manual).tool_count
             })
         });
-        // The common case: a probe finds the list unchanged (parse, normalise, hash, compare).
+        // The unchanged-list path of a pair: parse both, index both (the second takes every digest from the
+        // first), compare the hashes.
         group.bench_function("hash_unchanged_tools50", |b| {
             b.iter(|| pair(black_box(&old_text), black_box(&old_text)))
         });
@@ -171,25 +191,10 @@ fn tool_list_diff(c: &mut Criterion) {
     for count in [1_000, 10_000] {
         let (old, new) = (tool_list_of(count, false), tool_list_of(count, true));
         group.bench_function(BenchmarkId::new("hash_and_diff_tools", count), |b| {
-            b.iter(|| {
-                let (old, new) = (normalize_tools(black_box(&old)), normalize_tools(black_box(&new)));
-                (tools_hash(&old), tools_hash(&new), diff_normal(&old, &new).len())
-            })
+            b.iter(|| hash_and_diff(black_box(&old), black_box(&new)))
         });
     }
     group.finish();
-}
-
-fn snapshot(tools: Vec<Value>) -> driftline_schemas::ToolListSnapshot {
-    driftline_schemas::ToolListSnapshot {
-        schema_version: 1,
-        project: "p".parse().expect("a valid name"),
-        server: "s".parse().expect("a valid name"),
-        captured_at: driftline_schemas::Timestamp::from_millis(0).expect("a time"),
-        source: driftline_schemas::SnapshotSource::Probe,
-        latency_ms: None,
-        tools,
-    }
 }
 
 fn config() -> Criterion {

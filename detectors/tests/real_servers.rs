@@ -8,7 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use driftline_detectors::tool_drift::{diff_tools, schema_hash};
+use driftline_detectors::tool_drift::{
+    canonical_json, definition_text, diff_tools, normalize_tool, schema_hash, Written,
+};
 use driftline_schemas::{ChangeType, Classification, SchemaChange};
 use serde_json::Value;
 
@@ -137,4 +139,31 @@ fn verdicts_on_real_releases_match_the_reviewers() {
         golden_drift.is_empty(),
         "change lists differ from tests/real/golden (review, then UPDATE_GOLDEN=1): {golden_drift:#?}"
     );
+}
+
+/// Every tool of every captured list is written alike by the direct writer and by its normal form (the
+/// hash reads the first, the diff the second); the direct writer takes most of them.
+#[test]
+fn real_tools_are_hashed_as_their_normal_form() {
+    let (mut tools, mut direct) = (0usize, 0usize);
+    let mut text = String::new();
+    let servers = std::fs::read_dir(corpus().join("lists")).expect("tests/real/lists");
+    for server in servers.map(|entry| entry.expect("a server").path()) {
+        for version in
+            std::fs::read_dir(&server).expect("a server's lists").map(|e| e.expect("a list").path())
+        {
+            for tool in read_json(&version).as_array().into_iter().flatten() {
+                let Some(object) = tool.as_object() else { continue };
+                let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
+                tools += 1;
+                if definition_text(name, object, &mut text) == Written::Directly {
+                    direct += 1;
+                }
+                let normal = canonical_json(&Value::Object(normalize_tool(name, object).definition));
+                assert_eq!(text, normal, "{}: tool {name}", version.display());
+            }
+        }
+    }
+    println!("real tools: {direct} of {tools} written directly");
+    assert!(tools > 500, "the corpus holds {tools} tools");
 }

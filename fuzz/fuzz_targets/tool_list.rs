@@ -1,10 +1,13 @@
 //! Tool-list normalise, hash and diff on any JSON: `[old, new]` (two lists) or one list (diffed with
-//! itself). Never panics; a list never differs from itself; equal hashes mean no change. Every declared
+//! itself). Never panics; a list never differs from itself; equal hashes mean no change; every tool's
+//! definition is written alike straight from the declaration and from its normal form. Every declared
 //! output schema compiles and checks shapes without panicking, the same way twice.
 #![no_main]
 
 use driftline_detectors::contract::CompiledOutput;
-use driftline_detectors::tool_drift::{declared_outputs, diff_tools, schema_hash};
+use driftline_detectors::tool_drift::{
+    canonical_json, declared_outputs, definition_text, diff_tools, normalize_tool, schema_hash,
+};
 use driftline_schemas::ToolListLimits;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -19,6 +22,14 @@ fuzz_target!(|data: &[u8]| {
     let limits = ToolListLimits::default();
     if limits.check(&old).is_err() || limits.check(&new).is_err() {
         return;
+    }
+    let mut text = String::new();
+    for tool in old.iter().chain(&new) {
+        let Some(object) = tool.as_object() else { continue };
+        let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
+        definition_text(name, object, &mut text);
+        let normal = canonical_json(&Value::Object(normalize_tool(name, object).definition));
+        assert_eq!(text, normal, "the hash and the diff read one normal form");
     }
     let (old_hash, new_hash) = (schema_hash(&old), schema_hash(&new));
     assert_eq!(old_hash, schema_hash(&old), "the hash is deterministic");

@@ -212,8 +212,8 @@ mod tests {
             max_severity: Some(Severity::High),
             accepted_by: None,
             accepted_at: None,
-            previous_tools: Vec::new(),
-            current_tools: Vec::new(),
+            previous_tools: Default::default(),
+            current_tools: Default::default(),
         }
     }
 

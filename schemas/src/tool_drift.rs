@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -215,9 +216,12 @@ pub struct SchemaDriftEvent {
     pub accepted_by: Option<String>,
     #[serde(default)]
     pub accepted_at: Option<Timestamp>,
-    /// Both full tool lists, for the "view full schemas" toggle.
-    pub previous_tools: Vec<Value>,
-    pub current_tools: Vec<Value>,
+    /// Both full tool lists, for the "view full schemas" toggle (shared with the detector's state, not
+    /// copied: lists can be large).
+    #[schema(value_type = Vec<Value>)]
+    pub previous_tools: Arc<Vec<Value>>,
+    #[schema(value_type = Vec<Value>)]
+    pub current_tools: Arc<Vec<Value>>,
 }
 
 /// Health of a server as seen by the tool-list detector (and probes, when configured).

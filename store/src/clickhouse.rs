@@ -694,7 +694,7 @@ impl DetectorStore for ClickHouseStore {
         let mut snapshots = Vec::new();
         let mut schemas = Vec::new();
         for (project, server, captured_at, hash, tools) in &batch.tool_lists {
-            for tool in tools {
+            for tool in tools.iter() {
                 let Some(tool_name) = tool.get("name").and_then(Value::as_str) else { continue };
                 let input =
                     tool.get("inputSchema").cloned().unwrap_or_else(|| Value::Object(Default::default()));

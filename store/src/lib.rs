@@ -83,6 +83,9 @@ pub struct EventUpdate {
     pub at: Timestamp,
 }
 
+/// A tool list shared by the detector's state, its events and the stored snapshot.
+pub type SharedTools = std::sync::Arc<Vec<Value>>;
+
 /// Everything one run of the worker produced. Written in one transaction.
 #[derive(Debug, Default)]
 pub struct Batch {
@@ -94,8 +97,8 @@ pub struct Batch {
     pub event_updates: Vec<EventUpdate>,
     pub acceptances: Vec<BaselineAcceptance>,
     pub servers: Vec<ServerRow>,
-    /// A snapshot's tools replace the server's rows: (project, server, captured_at, tools).
-    pub tool_lists: Vec<(String, String, Timestamp, String, Vec<Value>)>,
+    /// A snapshot's tools replace the server's rows: (project, server, captured_at, hash, tools).
+    pub tool_lists: Vec<(String, String, Timestamp, String, SharedTools)>,
     /// (id, the input record it came from, record).
     pub calls: Vec<(String, InputPosition, ToolCallRecord)>,
     /// Rollup rows the calls changed, whole (they replace what the store holds).

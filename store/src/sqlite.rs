@@ -204,7 +204,7 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         transaction
             .prepare_cached("DELETE FROM tool_schemas WHERE project = ?1 AND server_name = ?2")?
             .execute(params![project, server])?;
-        for tool in tools {
+        for tool in tools.iter() {
             let Some(tool_name) = tool.get("name").and_then(Value::as_str) else { continue };
             let input = tool.get("inputSchema").cloned().unwrap_or_else(|| Value::Object(Default::default()));
             transaction.prepare_cached(

@@ -15,8 +15,8 @@ use driftline_detectors::contract::{self, ToolContractState};
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{
-    changed_declarations, declared_outputs, normalize_tools, short_hash, DeclaredOutput, HashedTools,
-    RecordContext, ServerState, ToolListOutput,
+    changed_declarations, declared_outputs, short_hash, DeclaredOutput, HashedTools, RecordContext,
+    ServerState, ToolListOutput,
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
@@ -670,7 +670,7 @@ impl<C: Consumer> Worker<C> {
             Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
                 Ok(snapshot) => check_key(record, &snapshot.key().to_string())
                     .and_then(|()| self.settings.tool_lists.check(&snapshot.tools).map_err(|e| e.to_string()))
-                    .map(|()| self.tool_list(&snapshot, record, batch, dirty, declarations)),
+                    .map(|()| self.tool_list(snapshot, record, batch, dirty, declarations)),
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                         check_key(record, &failure.key().to_string())
@@ -734,7 +734,7 @@ impl<C: Consumer> Worker<C> {
 
     fn tool_list(
         &mut self,
-        snapshot: &ToolListSnapshot,
+        mut snapshot: ToolListSnapshot,
         record: &Delivered,
         batch: &mut Batch,
         dirty: &mut Dirty,
@@ -751,7 +751,9 @@ impl<C: Consumer> Worker<C> {
             at: record.appended_at,
         };
         let before = DeclaredBefore::of(state);
-        let observed = state.observe_list(snapshot, context, policy);
+        // The state, an event and the stored snapshot share the list.
+        let tools = Arc::new(std::mem::take(&mut snapshot.tools));
+        let observed = state.observe_tools(Arc::clone(&tools), context, policy);
         let changed = before.changes(state);
         declarations.extend(declaration_messages(&snapshot.project, &snapshot.server, changed, record));
         apply_outputs(observed.outputs, batch);
@@ -761,7 +763,7 @@ impl<C: Consumer> Worker<C> {
             snapshot.server.to_string(),
             snapshot.captured_at,
             short_hash(&hash),
-            snapshot.tools.clone(),
+            tools,
         ));
         let tool_count = observed.tool_count as u32;
         if was_down {
@@ -995,17 +997,18 @@ enum SpanRecord {
     Unusable(String),
 }
 
-/// A server's declared outputs before a record, to tell which ones the record changed.
+/// A server's baseline before a record, to tell which declared outputs the record changed (read only when
+/// the baseline did change: most records leave it as it was).
 struct DeclaredBefore {
     hash: Option<String>,
-    declared: BTreeMap<String, DeclaredOutput>,
+    tools: Option<Arc<Vec<serde_json::Value>>>,
 }
 
 impl DeclaredBefore {
     fn of(state: &ServerState) -> Self {
         DeclaredBefore {
             hash: state.baseline.as_ref().map(|b| b.hash.clone()),
-            declared: state.baseline.as_ref().map(|b| declared_outputs(&b.tools)).unwrap_or_default(),
+            tools: state.baseline.as_ref().map(|b| Arc::clone(&b.tools)),
         }
     }
 
@@ -1021,7 +1024,8 @@ impl DeclaredBefore {
         if self.hash.as_deref() == Some(baseline.hash.as_str()) {
             return Vec::new();
         }
-        changed_declarations(&self.declared, &declared_outputs(&baseline.tools))
+        let before = self.tools.as_deref().map(|tools| declared_outputs(tools)).unwrap_or_default();
+        changed_declarations(&before, &declared_outputs(&baseline.tools))
     }
 }
 
@@ -1155,7 +1159,7 @@ fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
 
 /// Short hash and tool count of a server's tool list.
 fn list_summary(list: Option<&HashedTools>) -> (Option<String>, u32) {
-    (list.map(|l| short_hash(&l.hash)), list.map_or(0, |l| normalize_tools(&l.tools).len() as u32))
+    (list.map(|l| short_hash(&l.hash)), list.map_or(0, |l| l.tool_count() as u32))
 }
 
 fn server_row(

@@ -8,7 +8,9 @@ use std::cmp::Ordering;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::normal::{normalize_tools, NormalTool};
+use super::digest::DefinitionDigest;
+use super::index::{list_hash, ToolIndex};
+use super::normal::NormalTool;
 
 /// RFC 8785 (JCS) serialization: keys sorted by UTF-16 code units, no whitespace, numbers as ECMAScript
 /// writes IEEE doubles, strings with the minimal JSON escapes.
@@ -22,11 +24,7 @@ fn write_canonical(out: &mut String, value: &Value) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(number) => {
-            // serde_json holds finite numbers only; big integers round to the nearest double, as JCS says.
-            let float = number.as_f64().unwrap_or(0.0);
-            out.push_str(ryu_js::Buffer::new().format_finite(float));
-        }
+        Value::Number(number) => write_number(out, number),
         Value::String(text) => write_string(out, text),
         Value::Array(items) => {
             out.push('[');
@@ -42,9 +40,16 @@ fn write_canonical(out: &mut String, value: &Value) {
     }
 }
 
+/// A number as JCS writes it: serde_json holds finite numbers only; big integers round to the nearest
+/// double, as JCS says.
+pub(super) fn write_number(out: &mut String, number: &serde_json::Number) {
+    let float = number.as_f64().unwrap_or(0.0);
+    out.push_str(ryu_js::Buffer::new().format_finite(float));
+}
+
 /// An object's members in JCS order, with one more string member (`name`, kept apart from a tool's
 /// definition) written as if it were in the map, so no tool is copied to be hashed.
-fn write_object(out: &mut String, map: &Map<String, Value>, extra: Option<(&str, &str)>) {
+pub(super) fn write_object(out: &mut String, map: &Map<String, Value>, extra: Option<(&str, &str)>) {
     // The map iterates its keys by UTF-8 bytes, which is their order by UTF-16 code units unless a key
     // holds a character beyond the Basic Multilingual Plane (four UTF-8 bytes, a surrogate pair): then,
     // and only then, the members are sorted anew.
@@ -109,7 +114,7 @@ enum Member<'a> {
 
 /// The minimal JSON escapes JCS requires (as serde_json writes them): `"`, `\\`, and controls (short forms
 /// where they exist, otherwise lowercase \u00xx); everything else as UTF-8, copied a run at a time.
-fn write_string(out: &mut String, text: &str) {
+pub(super) fn write_string(out: &mut String, text: &str) {
     out.push('"');
     let bytes = text.as_bytes();
     let mut plain = 0;
@@ -174,34 +179,27 @@ fn utf16_cmp(a: &str, b: &str) -> Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
-/// The `schema_hash` of a normalised tool list: SHA-256 of the canonical JSON array of its tools, in
-/// lowercase hex.
+/// The `schema_hash` of a normalised tool list (sorted by name, one tool per name), from each tool's
+/// normal form: what [`ToolIndex`] computes from the declarations, the slow way.
 pub fn tools_hash(tools: &[NormalTool]) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(b"[");
-    let mut text = String::new();
-    for (index, tool) in tools.iter().enumerate() {
-        if index > 0 {
-            hasher.update(b",");
-        }
-        text.clear();
-        write_object(&mut text, &tool.definition, Some(("name", &tool.name)));
-        hasher.update(text.as_bytes());
-    }
-    hasher.update(b"]");
-    hex::encode(hasher.finalize())
+    let digests: Vec<DefinitionDigest> = tools.iter().map(definition_digest_of).collect();
+    hex::encode(list_hash(tools.iter().zip(&digests).map(|(tool, digest)| (tool.name.as_str(), digest))))
 }
 
 /// Hash of everything but the name: equal for a tool that was only renamed.
 pub fn definition_hash(tool: &NormalTool) -> String {
+    hex::encode(definition_digest_of(tool))
+}
+
+fn definition_digest_of(tool: &NormalTool) -> DefinitionDigest {
     let mut text = String::new();
     write_object(&mut text, &tool.definition, None);
-    hex::encode(Sha256::digest(text.as_bytes()))
+    Sha256::digest(text.as_bytes()).into()
 }
 
 /// `schema_hash` of a declared tool list.
 pub fn schema_hash(tools: &[Value]) -> String {
-    tools_hash(&normalize_tools(tools))
+    ToolIndex::new(tools).hash()
 }
 
 #[cfg(test)]

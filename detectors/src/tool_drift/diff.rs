@@ -10,51 +10,57 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use driftline_schemas::{ChangeType, Classification, Direction, SchemaChange, SecurityFlag, Severity};
 use serde_json::{json, Map, Value};
 
-use super::canonical::{canonical_json, definition_hash};
+use super::canonical::canonical_json;
 use super::classify::classify;
-use super::normal::{normalize_tools, NormalTool, ANNOTATION_DEFAULTS};
+use super::digest::DefinitionDigest;
+use super::index::{IndexedList, IndexedTool, ToolIndex};
+use super::normal::{NormalTool, ANNOTATION_DEFAULTS};
 use super::security::{self, review_text, TextContext, ToolNames, FREE_TEXT_PARAMETERS};
 
 /// Diffs two declared tool lists: what changed from `old` (the accepted baseline) to `new`.
 pub fn diff_tools(old: &[Value], new: &[Value]) -> Vec<SchemaChange> {
-    diff_normal(&normalize_tools(old), &normalize_tools(new))
+    let old_index = ToolIndex::new(old);
+    let new_index = ToolIndex::reusing(new, &[IndexedList { tools: old, index: &old_index }]);
+    diff_indexed(IndexedList { tools: old, index: &old_index }, IndexedList { tools: new, index: &new_index })
 }
 
-pub fn diff_normal(old: &[NormalTool], new: &[NormalTool]) -> Vec<SchemaChange> {
-    // Each list indexed once by name, so the diff grows with the lists' length, not its square. A name
-    // declared twice resolves to its first declaration, as a scan from the start would.
-    let (old_by_name, new_by_name) = (index_by_name(old), index_by_name(new));
-    let tool_names = ToolNames::new(new.iter().map(|t| t.name.clone()).collect());
-    let removed: Vec<&NormalTool> =
-        old.iter().filter(|t| !new_by_name.contains_key(t.name.as_str())).collect();
-    let added: Vec<&NormalTool> = new.iter().filter(|t| !old_by_name.contains_key(t.name.as_str())).collect();
+/// Diffs two indexed lists. Tools whose definition digests agree are unchanged; normal forms are built
+/// only for the others.
+pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> Vec<SchemaChange> {
+    let tool_names = ToolNames::new(new.index.tools().iter().map(|t| t.name.to_string()).collect());
+    let removed: Vec<&IndexedTool> =
+        old.index.tools().iter().filter(|t| new.index.get(&t.name).is_none()).collect();
+    let added: Vec<&IndexedTool> =
+        new.index.tools().iter().filter(|t| old.index.get(&t.name).is_none()).collect();
 
     // A removed tool whose whole definition reappears under a new name was renamed: each removed tool (in
-    // order) takes the first added tool with its definition that no earlier one took.
-    let mut by_definition: HashMap<String, VecDeque<usize>> = HashMap::new();
+    // name order) takes the first added tool with its definition that no earlier one took.
+    let mut by_definition: HashMap<DefinitionDigest, VecDeque<usize>> = HashMap::new();
     for (i, tool) in added.iter().enumerate() {
-        by_definition.entry(definition_hash(tool)).or_default().push_back(i);
+        by_definition.entry(tool.definition).or_default().push_back(i);
     }
     let mut renamed_to: HashMap<&str, &str> = HashMap::new();
     let mut taken: HashSet<usize> = HashSet::new();
     for gone in &removed {
-        if let Some(i) = by_definition.get_mut(&definition_hash(gone)).and_then(VecDeque::pop_front) {
+        if let Some(i) = by_definition.get_mut(&gone.definition).and_then(VecDeque::pop_front) {
             taken.insert(i);
-            renamed_to.entry(gone.name.as_str()).or_insert(added[i].name.as_str());
+            renamed_to.entry(&gone.name).or_insert(&added[i].name);
         }
     }
     let still_added: HashSet<&str> =
-        added.iter().enumerate().filter(|(i, _)| !taken.contains(i)).map(|(_, t)| t.name.as_str()).collect();
+        added.iter().enumerate().filter(|(i, _)| !taken.contains(i)).map(|(_, t)| &*t.name).collect();
 
     let mut changes = Vec::new();
-    let names: BTreeSet<&str> = old.iter().chain(new).map(|t| t.name.as_str()).collect();
+    let names: BTreeSet<&str> = old.index.tools().iter().chain(new.index.tools()).map(|t| &*t.name).collect();
     for name in names {
         let mut differ = ToolDiffer { tool: name, tool_names: &tool_names, changes: &mut changes };
-        match (old_by_name.get(name).map(|&i| &old[i]), new_by_name.get(name).map(|&i| &new[i])) {
-            // Most tools of a new list are unchanged: one comparison of the normal forms settles them (the
-            // diff of a definition with itself is empty, which the property tests hold it to).
+        match (old.index.get(name), new.index.get(name)) {
+            // Equal digests, equal normal forms: most tools of a new list.
             (Some(before), Some(after)) if before.definition == after.definition => {}
-            (Some(before), Some(after)) => differ.tool(&before.definition, &after.definition),
+            (Some(before), Some(after)) => {
+                let (before, after) = (old.normal(before), new.normal(after));
+                differ.tool(&before.definition, &after.definition);
+            }
             (Some(_), None) => {
                 let (kind, after) = match renamed_to.get(name) {
                     Some(renamed) => (ChangeType::ToolRenamed, json!(renamed)),
@@ -63,21 +69,13 @@ pub fn diff_normal(old: &[NormalTool], new: &[NormalTool]) -> Vec<SchemaChange> 
                 differ.emit(kind, None, &Path::root(), json!(name), after, vec![]);
             }
             (None, Some(after)) if still_added.contains(name) => {
-                let flags = review_tool(after, &tool_names);
+                let flags = review_tool(&new.normal(after), &tool_names);
                 differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
             }
             _ => {} // the new name of a renamed tool: reported with its old name
         }
     }
     changes
-}
-
-fn index_by_name(list: &[NormalTool]) -> HashMap<&str, usize> {
-    let mut by_name = HashMap::with_capacity(list.len());
-    for (i, tool) in list.iter().enumerate() {
-        by_name.entry(tool.name.as_str()).or_insert(i);
-    }
-    by_name
 }
 
 /// First-sight review of a tool: every model-visible text in it.

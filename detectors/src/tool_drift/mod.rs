@@ -4,7 +4,9 @@ mod canonical;
 mod classify;
 mod declared;
 mod diff;
+mod digest;
 mod explain;
+mod index;
 mod normal;
 pub(crate) mod refs;
 pub mod security;
@@ -13,15 +15,21 @@ use driftline_schemas::{
     derive_id, Classification, EventStatus, InputPosition, OutputKind, SchemaChange, SchemaDriftEvent,
     SecurityFlag, ServerStatus, Severity, Timestamp, ToolListSnapshot,
 };
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use canonical::{canonical_json, definition_hash, schema_hash, tools_hash};
 pub use classify::classify;
 pub use declared::{changed_declarations, declared_outputs, DeclaredOutput};
-pub use diff::{diff_normal, diff_tools, review_tool};
+pub use diff::{diff_indexed, diff_tools, review_tool};
+pub use digest::{definition_digest, definition_text, DefinitionDigest, Written};
 pub use explain::consequence;
-pub use normal::{normalize_root_schema, normalize_schema, normalize_tools, NormalTool, EQUIVALENCES};
+pub use index::{IndexedList, IndexedTool, ToolIndex};
+pub use normal::{
+    normalize_root_schema, normalize_schema, normalize_tool, normalize_tools, NormalTool, EQUIVALENCES,
+};
 pub use security::ToolNames;
 
 /// Who accepts under the `auto` baseline policy.
@@ -46,12 +54,55 @@ pub struct Observed {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HashedTools {
     pub hash: String,
-    pub tools: Vec<Value>,
+    pub tools: Arc<Vec<Value>>,
+    /// The list's index, built when it is first read (not stored: a function of `tools`).
+    #[serde(skip)]
+    index: IndexCache,
 }
 
 impl HashedTools {
     pub fn new(tools: Vec<Value>) -> Self {
-        HashedTools { hash: schema_hash(&tools), tools }
+        let index = ToolIndex::new(&tools);
+        HashedTools::indexed(Arc::new(tools), index)
+    }
+
+    fn indexed(tools: Arc<Vec<Value>>, index: ToolIndex) -> Self {
+        HashedTools { hash: index.hash(), tools, index: IndexCache(Some(Arc::new(index))) }
+    }
+
+    /// Builds the index if this list was read from the store (or changed) since it was last built.
+    fn index(&mut self) -> &ToolIndex {
+        let tools = &self.tools;
+        self.index.0.get_or_insert_with(|| Arc::new(ToolIndex::new(tools)))
+    }
+
+    /// The list with its index, once [`HashedTools::index`] built it.
+    fn list(&self) -> Option<IndexedList<'_>> {
+        self.index.0.as_deref().map(|index| IndexedList { tools: &self.tools, index })
+    }
+
+    /// How many tools the list declares (one per name).
+    pub fn tool_count(&self) -> usize {
+        match &self.index.0 {
+            Some(index) => index.len(),
+            None => tool_count(&self.tools),
+        }
+    }
+}
+
+/// A list's index kept beside it: derived from the list, so it takes no part in equality.
+#[derive(Clone, Default)]
+struct IndexCache(Option<Arc<ToolIndex>>);
+
+impl PartialEq for IndexCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for IndexCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "indexed" } else { "not indexed" })
     }
 }
 
@@ -79,8 +130,9 @@ pub struct ServerState {
     pub declarations_published: bool,
 }
 
-/// Bumped whenever normalisation changes what a hash covers.
-pub const NORMAL_FORM_VERSION: u32 = 2;
+/// Bumped whenever normalisation changes what a hash covers (3: the hash of a list is a hash of its tools'
+/// definition hashes).
+pub const NORMAL_FORM_VERSION: u32 = 3;
 
 /// What the detector tells the rest of the system.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,75 +203,87 @@ impl ServerState {
         self.observe_list(snapshot, context, policy).outputs
     }
 
-    /// [`ServerState::observe`], also returning the snapshot's hash and tool count: the list is
-    /// normalised once, and the hash, the diff and the count all read that one normal form.
+    /// [`ServerState::observe`], also returning the snapshot's hash and tool count.
     pub fn observe_list(
         &mut self,
         snapshot: &ToolListSnapshot,
         context: RecordContext<'_>,
         policy: BaselinePolicy,
     ) -> Observed {
-        self.rehash_if_stale();
-        // The common case: a probe finds the list it found before, as sent. The normal form is a function
-        // of the list, so an equal list has the hash already known and nothing to diff.
-        match self.observe_known(&snapshot.tools, context) {
-            Some(observed) => observed,
-            None => self.observe_list_normalising(snapshot, context, policy),
-        }
+        self.observe_tools(Arc::new(snapshot.tools.clone()), context, policy)
     }
 
-    /// [`ServerState::observe_list`] for a list not seen before: normalised, hashed and diffed (the tests
-    /// hold the shortcut for lists seen before to this).
-    fn observe_list_normalising(
+    /// Applies one snapshot's tools (taken, not copied: the state, the event and the stored snapshot share
+    /// them). The list is indexed once, and the hash, the diff and the count all read that index.
+    pub fn observe_tools(
         &mut self,
-        snapshot: &ToolListSnapshot,
+        tools: Arc<Vec<Value>>,
         context: RecordContext<'_>,
         policy: BaselinePolicy,
     ) -> Observed {
-        let normal = normalize_tools(&snapshot.tools);
-        let current = HashedTools { hash: tools_hash(&normal), tools: snapshot.tools.clone() };
-        let (hash, tool_count) = (current.hash.clone(), normal.len());
-        let outputs = self.observe_normal(current, &normal, context, policy);
+        self.rehash_if_stale();
+        // The common case: a probe finds the list it found before, as sent. The index is a function of
+        // the list, so an equal list has the hash already known and nothing to diff.
+        match self.observe_known(&tools, context) {
+            Some(observed) => observed,
+            None => self.observe_list_indexing(tools, context, policy),
+        }
+    }
+
+    /// [`ServerState::observe_tools`] for a list not seen before: indexed (taking the digests of tools
+    /// declared as in the baseline or the newest snapshot), hashed and diffed (the tests hold the shortcut
+    /// for lists seen before to this).
+    fn observe_list_indexing(
+        &mut self,
+        tools: Arc<Vec<Value>>,
+        context: RecordContext<'_>,
+        policy: BaselinePolicy,
+    ) -> Observed {
+        self.rehash_if_stale();
+        for list in [&mut self.baseline, &mut self.observed].into_iter().flatten() {
+            list.index();
+        }
+        let known: Vec<IndexedList<'_>> =
+            [&self.baseline, &self.observed].into_iter().flatten().filter_map(HashedTools::list).collect();
+        let index = ToolIndex::reusing(&tools, &known);
+        let current = HashedTools::indexed(tools, index);
+        let (hash, tool_count) = (current.hash.clone(), current.tool_count());
+        let outputs = self.observe_indexed(current, context, policy);
         Observed { outputs, hash, tool_count }
     }
 
     /// A list equal, as sent, to the baseline (the server went back to it, or never left) or to the newest
-    /// snapshot (the same drift again): what [`ServerState::observe_normal`] does for its hash, without
-    /// normalising it. `None` for any other list.
+    /// snapshot (the same drift again): what [`ServerState::observe_indexed`] does for its hash, without
+    /// indexing it. `None` for any other list.
     fn observe_known(&mut self, tools: &[Value], context: RecordContext<'_>) -> Option<Observed> {
-        let (hash, outputs) = match (&self.baseline, &self.observed) {
-            (Some(baseline), _) if baseline.tools == tools => {
-                let hash = baseline.hash.clone();
+        let (hash, tool_count, outputs) = match (&self.baseline, &self.observed) {
+            (Some(baseline), _) if *baseline.tools == tools => {
+                let (hash, count) = (baseline.hash.clone(), baseline.tool_count());
                 self.down = None;
-                (hash, self.back_to_baseline(context.at))
+                (hash, count, self.back_to_baseline(context.at))
             }
-            (Some(_), Some(observed)) if observed.tools == tools => {
+            (Some(_), Some(observed)) if *observed.tools == tools => {
                 self.down = None;
-                (observed.hash.clone(), Vec::new())
+                (observed.hash.clone(), observed.tool_count(), Vec::new())
             }
             _ => return None,
         };
-        Some(Observed { outputs, hash, tool_count: tool_count(tools) })
+        Some(Observed { outputs, hash, tool_count })
     }
 
-    fn observe_normal(
+    /// `current` was indexed when it was built.
+    fn observe_indexed(
         &mut self,
-        current: HashedTools,
-        normal: &[NormalTool],
+        mut current: HashedTools,
         context: RecordContext<'_>,
         policy: BaselinePolicy,
     ) -> Vec<ToolListOutput> {
         self.down = None;
-        self.rehash_if_stale();
-        let Some(baseline) = &self.baseline else {
-            let names = ToolNames::new(normal.iter().map(|t| t.name.clone()).collect());
-            let security_flags = normal
-                .iter()
-                .flat_map(|tool| review_tool(tool, &names).into_iter().map(|flag| (tool.name.clone(), flag)))
-                .collect();
+        let Some(baseline) = &mut self.baseline else {
+            let security_flags = first_sight_review(&mut current);
             let output = ToolListOutput::BaselineEstablished {
                 hash: current.hash.clone(),
-                tool_count: normal.len(),
+                tool_count: current.tool_count(),
                 security_flags,
             };
             self.baseline = Some(current);
@@ -231,7 +295,7 @@ impl ServerState {
         if self.observed.as_ref().is_some_and(|seen| seen.hash == current.hash) {
             return Vec::new(); // the same drift again: one event is enough
         }
-        let event = drift_event(baseline, &current, normal, context);
+        let event = drift_event(baseline, &mut current, context);
         self.observed = Some(current);
         self.last_check_drifted = true;
         let accept_now = match policy {
@@ -272,8 +336,8 @@ impl ServerState {
         if self.normal_form == NORMAL_FORM_VERSION {
             return;
         }
-        for tools in [&mut self.baseline, &mut self.observed].into_iter().flatten() {
-            tools.hash = schema_hash(&tools.tools);
+        for list in [&mut self.baseline, &mut self.observed].into_iter().flatten() {
+            list.hash = list.index().hash();
         }
         self.normal_form = NORMAL_FORM_VERSION;
     }
@@ -327,13 +391,32 @@ fn tool_count(tools: &[Value]) -> usize {
     names.len()
 }
 
+/// The first-sight review of every tool of a server's first list.
+fn first_sight_review(list: &mut HashedTools) -> Vec<(String, SecurityFlag)> {
+    list.index();
+    let Some(list) = list.list() else { return Vec::new() };
+    let names = ToolNames::new(list.index.tools().iter().map(|t| t.name.to_string()).collect());
+    list.index
+        .tools()
+        .iter()
+        .flat_map(|tool| {
+            let normal = list.normal(tool);
+            review_tool(&normal, &names).into_iter().map(move |flag| (tool.name.to_string(), flag))
+        })
+        .collect()
+}
+
 fn drift_event(
-    baseline: &HashedTools,
-    current: &HashedTools,
-    current_normal: &[NormalTool],
+    baseline: &mut HashedTools,
+    current: &mut HashedTools,
     context: RecordContext<'_>,
 ) -> SchemaDriftEvent {
-    let changes = diff_normal(&normalize_tools(&baseline.tools), current_normal);
+    baseline.index();
+    current.index();
+    let changes = match (baseline.list(), current.list()) {
+        (Some(before), Some(after)) => diff_indexed(before, after),
+        _ => Vec::new(),
+    };
     SchemaDriftEvent {
         id: derive_id(OutputKind::SchemaDriftEvent, &context.key(), context.position),
         project: context.project.to_owned(),
@@ -347,8 +430,8 @@ fn drift_event(
         changes,
         accepted_by: None,
         accepted_at: None,
-        previous_tools: baseline.tools.clone(),
-        current_tools: current.tools.clone(),
+        previous_tools: Arc::clone(&baseline.tools),
+        current_tools: Arc::clone(&current.tools),
     }
 }
 

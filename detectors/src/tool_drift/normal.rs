@@ -23,49 +23,59 @@ pub struct NormalTool {
 pub fn normalize_tools(tools: &[Value]) -> Vec<NormalTool> {
     let mut normal: Vec<NormalTool> = Vec::with_capacity(tools.len());
     // Where each name sits in `normal`, so a later duplicate replaces it without a scan.
-    let mut position: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut position: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for tool in tools {
-        let Some(object) = tool.as_object() else { continue };
-        let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
-        let mut definition = Map::new();
-        for (key, value) in object {
-            if key == "name" || key == "_meta" || value.is_null() {
-                continue;
-            }
-            let value = match (key.as_str(), value) {
-                ("description" | "title", Value::String(text)) => Value::String(layout_free_copy(text)),
-                ("inputSchema" | "outputSchema", _) => normalize_root_schema(value),
-                ("annotations", _) => match normalize_annotations(value) {
-                    Some(value) => value,
-                    None => continue,
-                },
-                ("execution", _) => match normalize_execution(value) {
-                    Some(value) => value,
-                    None => continue,
-                },
-                _ => value.clone(),
-            };
-            definition.insert(key.clone(), value);
-        }
-        // MCP requires both schemas to be of type object; saying so or not is no change.
-        let input = definition.entry("inputSchema").or_insert_with(|| Value::Object(Map::new()));
-        if let Some(schema) = input.as_object_mut() {
-            schema.entry("type").or_insert_with(|| Value::String("object".into()));
-        }
-        if let Some(schema) = definition.get_mut("outputSchema").and_then(Value::as_object_mut) {
-            schema.entry("type").or_insert_with(|| Value::String("object".into()));
-        }
-        let tool = NormalTool { name: name.to_owned(), definition };
+        let Some((name, object)) = tool_of(tool) else { continue };
+        let tool = normalize_tool(name, object);
         match position.get(name) {
             Some(&at) => normal[at] = tool,
             None => {
-                position.insert(name.to_owned(), normal.len());
+                position.insert(name, normal.len());
                 normal.push(tool);
             }
         }
     }
     normal.sort_by(|a, b| a.name.cmp(&b.name));
     normal
+}
+
+/// An entry of a tool list that is a tool: an object with a string `name`.
+pub fn tool_of(entry: &Value) -> Option<(&str, &Map<String, Value>)> {
+    let object = entry.as_object()?;
+    Some((object.get("name")?.as_str()?, object))
+}
+
+/// One tool's normal form (its `name` already read from it).
+pub fn normalize_tool(name: &str, object: &Map<String, Value>) -> NormalTool {
+    let mut definition = Map::new();
+    for (key, value) in object {
+        if key == "name" || key == "_meta" || value.is_null() {
+            continue;
+        }
+        let value = match (key.as_str(), value) {
+            ("description" | "title", Value::String(text)) => Value::String(layout_free_copy(text)),
+            ("inputSchema" | "outputSchema", _) => normalize_root_schema(value),
+            ("annotations", _) => match normalize_annotations(value) {
+                Some(value) => value,
+                None => continue,
+            },
+            ("execution", _) => match normalize_execution(value) {
+                Some(value) => value,
+                None => continue,
+            },
+            _ => value.clone(),
+        };
+        definition.insert(key.clone(), value);
+    }
+    // MCP requires both schemas to be of type object; saying so or not is no change.
+    let input = definition.entry("inputSchema").or_insert_with(|| Value::Object(Map::new()));
+    if let Some(schema) = input.as_object_mut() {
+        schema.entry("type").or_insert_with(|| Value::String("object".into()));
+    }
+    if let Some(schema) = definition.get_mut("outputSchema").and_then(Value::as_object_mut) {
+        schema.entry("type").or_insert_with(|| Value::String("object".into()));
+    }
+    NormalTool { name: name.to_owned(), definition }
 }
 
 /// [`layout_free`], without building the text again when it has no layout to lose (most descriptions).
@@ -79,7 +89,7 @@ fn layout_free_copy(text: &str) -> String {
 
 /// Whether [`layout_free`] leaves the text as it is: words apart by single spaces, lines by one line
 /// break or one blank line, nothing before the first word or after the last, no other whitespace.
-fn is_layout_free(text: &str) -> bool {
+pub(super) fn is_layout_free(text: &str) -> bool {
     #[derive(PartialEq)]
     enum After {
         Start,
@@ -135,7 +145,7 @@ pub const ANNOTATION_DEFAULTS: &[(&str, bool)] =
     &[("readOnlyHint", false), ("destructiveHint", true), ("idempotentHint", false), ("openWorldHint", true)];
 
 /// Hints whose meaning the spec limits to tools that are not read-only.
-const WRITE_ONLY_HINTS: &[&str] = &["destructiveHint", "idempotentHint"];
+pub(super) const WRITE_ONLY_HINTS: &[&str] = &["destructiveHint", "idempotentHint"];
 
 /// Annotations by effective value: a hint at its default says nothing, and neither do the write hints
 /// of a read-only tool. `None` when nothing is left.
@@ -204,7 +214,7 @@ pub fn normalize_root_schema(schema: &Value) -> Value {
 
 /// Whether a `$ref` key appears anywhere (also where it is no keyword: a property named `$ref` only
 /// costs the fast path).
-fn mentions_ref(value: &Value) -> bool {
+pub(super) fn mentions_ref(value: &Value) -> bool {
     match value {
         Value::Object(map) => map.contains_key("$ref") || map.values().any(mentions_ref),
         Value::Array(items) => items.iter().any(mentions_ref),
@@ -268,7 +278,7 @@ fn normalize_in_place(schema: &mut Value, drop_definitions: bool) {
 }
 
 /// The keywords the equivalences read, one bit each.
-mod keyword {
+pub(super) mod keyword {
     pub const ALL_OF: u32 = 1 << 0;
     pub const ANY_OF: u32 = 1 << 1;
     pub const ONE_OF: u32 = 1 << 2;
@@ -285,7 +295,7 @@ mod keyword {
     pub const DEFAULTABLE: u32 = 1 << 9;
 }
 
-fn keywords_present(schema: &Map<String, Value>) -> u32 {
+pub(super) fn keywords_present(schema: &Map<String, Value>) -> u32 {
     use keyword::*;
     schema.keys().fold(0, |present, key| {
         present
@@ -344,13 +354,13 @@ fn sorted_unique(items: &[Value]) -> Vec<Value> {
 }
 
 /// A byte canonical JSON writes escaped.
-fn needs_escape(byte: u8) -> bool {
+pub(super) fn needs_escape(byte: u8) -> bool {
     byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
 /// The order of two strings' canonical JSON (`"a"` against `"ab"`) when neither needs an escape: the
 /// closing quote takes part where one string is a prefix of the other.
-fn quoted_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+pub(super) fn quoted_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let common = a.len().min(b.len());
     a[..common].cmp(&b[..common]).then_with(|| {

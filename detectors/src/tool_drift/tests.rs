@@ -1078,7 +1078,7 @@ proptest! {
                 1 => prop_assert_eq!(fast.accept("op", at), reference.accept("op", at)),
                 _ => {
                     let snapshot = snapshot(Value::Array(lists[list % lists.len()].clone()));
-                    let (a, b) = (fast.observe_list(&snapshot, at, policy), reference.observe_list_normalising(&snapshot, at, policy));
+                    let (a, b) = (fast.observe_list(&snapshot, at, policy), reference.observe_list_indexing(std::sync::Arc::new(snapshot.tools.clone()), at, policy));
                     prop_assert_eq!(&a.outputs, &b.outputs);
                     prop_assert_eq!((&a.hash, a.tool_count), (&b.hash, b.tool_count));
                 }
@@ -1092,4 +1092,260 @@ proptest! {
         let changes = diff_tools(&old, &new);
         prop_assert_eq!(schema_hash(&old) != schema_hash(&new), !changes.is_empty(), "changes {:?}", render(&changes));
     }
+}
+
+/// A value from a few that sit at the edges of what normalising reads.
+fn pick(values: Vec<Value>) -> impl Strategy<Value = Value> {
+    prop::sample::select(values)
+}
+
+/// Texts with and without layout to lose.
+fn arb_text() -> impl Strategy<Value = Value> {
+    pick(vec![
+        json!("Search the web."),
+        json!("  two  spaces\n"),
+        json!("line\r\nbreak\n\n\npara"),
+        json!("tab\there"),
+        json!(""),
+        json!("quote \" and \\ backslash"),
+        json!(3),
+    ])
+}
+
+/// Schemas mostly within what the direct writer handles, with the keywords and values around its edges
+/// (and some beyond them: a `$ref`, a union, `const`, a `type` list, keys beyond the BMP).
+fn arb_simple_schema() -> impl Strategy<Value = Value> {
+    let names = || {
+        prop::collection::vec(
+            pick(vec![json!("a"), json!("b"), json!("c"), json!("a b"), json!("é"), json!("x\"y"), json!(1)]),
+            0..4,
+        )
+        .prop_map(Value::Array)
+    };
+    let bound = || {
+        pick(vec![
+            json!(0),
+            json!(1),
+            json!(1.5),
+            json!(-0.0),
+            json!(-1e300),
+            json!(1e300),
+            json!(9007199254740991u64),
+            json!(-9007199254740991i64),
+            json!(9007199254740990u64),
+            json!("5"),
+        ])
+    };
+    let leaf_schema = pick(vec![
+        json!({}),
+        json!({"type": "string"}),
+        json!({"type": "integer", "minimum": 0}),
+        json!({"$comment": "only a comment"}),
+        json!(true),
+        json!(false),
+        json!({"$ref": "#/$defs/a"}),
+        json!({"anyOf": [{"type": "string"}, {"type": "null"}]}),
+        json!("not a schema"),
+    ]);
+    leaf_schema.prop_recursive(3, 24, 6, move |inner| {
+        let member = prop_oneof![
+            pick(vec![
+                json!("string"),
+                json!("integer"),
+                json!("number"),
+                json!("object"),
+                json!(["string", "null"]),
+                json!(5)
+            ])
+            .prop_map(|v| ("type".to_owned(), v)),
+            names().prop_map(|v| ("required".to_owned(), v)),
+            names().prop_map(|v| ("enum".to_owned(), v)),
+            (pick(vec![json!("minimum"), json!("maximum")]), bound())
+                .prop_map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), v)),
+            (
+                pick(vec![
+                    json!("minLength"),
+                    json!("minItems"),
+                    json!("minProperties"),
+                    json!("maxLength"),
+                    json!("maxItems")
+                ]),
+                pick(vec![json!(0), json!(0.0), json!(1), json!(9007199254740991u64), json!(1e300)])
+            )
+                .prop_map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), v)),
+            (pick(vec![json!("uniqueItems"), json!("deprecated"), json!("readOnly")]), any::<bool>())
+                .prop_map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), json!(v))),
+            (
+                pick(vec![
+                    json!("items"),
+                    json!("additionalProperties"),
+                    json!("propertyNames"),
+                    json!("not")
+                ]),
+                inner.clone()
+            )
+                .prop_map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), v)),
+            prop::collection::btree_map(
+                pick(vec![json!("a"), json!("b"), json!("description"), json!("$ref"), json!("\u{1f600}")])
+                    .prop_map(|k| k.as_str().unwrap_or_default().to_owned()),
+                inner.clone(),
+                0..3
+            )
+            .prop_map(|m| ("properties".to_owned(), Value::Object(m.into_iter().collect()))),
+            prop::collection::vec(inner.clone(), 0..3).prop_map(|v| ("items".to_owned(), Value::Array(v))),
+            (pick(vec![json!("description"), json!("title")]), arb_text())
+                .prop_map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), v)),
+            (
+                pick(vec![
+                    json!("$schema"),
+                    json!("$comment"),
+                    json!("$defs"),
+                    json!("default"),
+                    json!("format"),
+                    json!("const"),
+                    json!("exclusiveMinimum")
+                ]),
+                pick(vec![
+                    json!("x"),
+                    json!({"a": {"type": "string"}}),
+                    json!({"$ref": "#"}),
+                    json!(1),
+                    json!({"required": ["b", "a"]})
+                ])
+            )
+                .prop_map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), v)),
+        ];
+        prop::collection::vec(member, 0..6).prop_map(|members| Value::Object(members.into_iter().collect()))
+    })
+}
+
+/// Tools around the edges of what the direct writer handles.
+fn arb_simple_tool() -> impl Strategy<Value = Value> {
+    let hints = prop::collection::btree_map(
+        pick(vec![
+            json!("readOnlyHint"),
+            json!("destructiveHint"),
+            json!("idempotentHint"),
+            json!("openWorldHint"),
+            json!("title"),
+        ])
+        .prop_map(|k| k.as_str().unwrap_or_default().to_owned()),
+        pick(vec![json!(true), json!(false), json!(null), json!("  A  title ")]),
+        0..4,
+    );
+    (
+        prop::option::of(arb_simple_schema()),
+        prop::option::of(arb_simple_schema()),
+        prop::option::of(arb_text()),
+        prop::option::of(hints),
+        prop::option::of(pick(vec![
+            json!({"taskSupport": "forbidden"}),
+            json!({"taskSupport": "optional"}),
+            json!({"taskSupport": null}),
+            json!("odd"),
+        ])),
+        prop::option::of(pick(vec![
+            json!({"v": 1}),
+            json!(null),
+            json!([{"src": "x"}]),
+            json!({"\u{1f600}": 1, "\u{e000}": 2}),
+        ])),
+    )
+        .prop_map(|(input, output, description, hints, execution, extra)| {
+            let mut tool = json!({"name": "t"});
+            let mut set = |key: &str, value: Option<Value>| {
+                if let Some(value) = value {
+                    tool[key] = value;
+                }
+            };
+            set("inputSchema", input);
+            set("outputSchema", output);
+            set("description", description);
+            set("annotations", hints.map(|h| Value::Object(h.into_iter().collect())));
+            set("execution", execution);
+            set("icons", extra.clone());
+            set("_meta", extra);
+            tool
+        })
+}
+
+/// The canonical JSON of a tool's normal form, the slow way.
+fn normal_form_text(tool: &Value) -> String {
+    let Some((name, object)) = normal::tool_of(tool) else { return String::new() };
+    canonical_json(&Value::Object(normalize_tool(name, object).definition))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The direct writer and the normal form write every tool alike.
+    #[test]
+    fn definitions_are_written_as_their_normal_form(tool in arb_simple_tool()) {
+        let (name, object) = normal::tool_of(&tool).expect("a tool");
+        let mut text = String::new();
+        definition_text(name, object, &mut text);
+        prop_assert_eq!(text, normal_form_text(&tool));
+    }
+
+    #[test]
+    fn arbitrary_tools_are_written_as_their_normal_form(schema in arb_json(), output in arb_json()) {
+        let tool = json!({"name": "t", "inputSchema": schema, "outputSchema": output});
+        let (name, object) = normal::tool_of(&tool).expect("a tool");
+        let mut text = String::new();
+        definition_text(name, object, &mut text);
+        prop_assert_eq!(text, normal_form_text(&tool));
+    }
+}
+
+proptest! {
+    /// A list's hash from its index is the hash of its normal forms; an index taking digests from lists
+    /// indexed before equals one built afresh.
+    #[test]
+    fn indexes_agree_with_normal_forms_and_with_each_other(
+        old in prop::collection::vec(prop_oneof![arb_simple_tool(), arb_tools().prop_map(|l| l.into_iter().next().unwrap_or_default())], 0..5),
+        new in prop::collection::vec(prop_oneof![arb_simple_tool(), arb_tools().prop_map(|l| l.into_iter().next().unwrap_or_default())], 0..5),
+        keep in prop::collection::vec(any::<bool>(), 5),
+    ) {
+        let rename = |list: Vec<Value>, base: usize| -> Vec<Value> {
+            list.into_iter().enumerate().map(|(i, mut tool)| {
+                if tool.is_object() { tool["name"] = json!(format!("t{}", (i + base) % 4)); }
+                tool
+            }).collect()
+        };
+        let old = rename(old, 0);
+        // Some of the old tools again, as declared: their digests come from the old index.
+        let mut new = rename(new, 2);
+        new.extend(old.iter().zip(&keep).filter(|(_, k)| **k).map(|(t, _)| t.clone()));
+        let old_index = ToolIndex::new(&old);
+        prop_assert_eq!(old_index.hash(), tools_hash(&normalize_tools(&old)));
+        let reused = ToolIndex::reusing(&new, &[IndexedList { tools: &old, index: &old_index }]);
+        prop_assert_eq!(&reused, &ToolIndex::new(&new));
+        prop_assert_eq!(reused.hash(), tools_hash(&normalize_tools(&new)));
+    }
+}
+
+#[test]
+fn simple_tools_are_written_directly() {
+    let check = |tool: Value, expected: Written| {
+        let (name, object) = normal::tool_of(&tool).expect("a tool");
+        let mut text = String::new();
+        assert_eq!(definition_text(name, object, &mut text), expected, "{tool}");
+        assert_eq!(text, normal_form_text(&tool), "{tool}");
+    };
+    check(
+        json!({"name": "search", "description": "Search  the web.\n", "annotations": {"readOnlyHint": true, "destructiveHint": false},
+            "inputSchema": {"type": "object", "$schema": "x", "required": ["q", "limit"],
+                "properties": {"q": {"type": "string", "minLength": 0}, "limit": {"type": "integer", "maximum": 100},
+                    "mode": {"enum": ["b", "a"]}}, "additionalProperties": false}}),
+        Written::Directly,
+    );
+    check(json!({"name": "bare"}), Written::Directly);
+    check(
+        json!({"name": "r", "inputSchema": {"properties": {"p": {"$ref": "#/$defs/P"}}, "$defs": {"P": {}}}}),
+        Written::FromNormalForm,
+    );
+    check(
+        json!({"name": "u", "inputSchema": {"properties": {"p": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}),
+        Written::FromNormalForm,
+    );
 }

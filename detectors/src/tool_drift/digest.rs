@@ -1,0 +1,427 @@
+//! A tool's definition hash, written without building its normal form where the normal form would only
+//! drop, sort and re-lay what the declaration holds.
+//!
+//! Normalising copies a tool into a new tree (most of the cost of hashing a list), yet most tools of a
+//! real list come out of it with the same members, some dropped (annotations, keywords at their default)
+//! and some sorted (`required`, `enum`). For those, this writer emits the canonical JSON of the normal
+//! definition straight from the declaration. Anything else — a `$ref`, a union, `const`, exclusive bounds,
+//! a `type` list, a key beyond the Basic Multilingual Plane — is handed to the normal form
+//! ([`normalize_tool`]). The property tests and every real server's list hold both to the same bytes.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::canonical::{write_number, write_object, write_string};
+use super::normal::{
+    is_layout_free, keyword, keywords_present, layout_free, mentions_ref, needs_escape, normalize_tool,
+    quoted_cmp, ANNOTATION_DEFAULTS, SAFE_INTEGER, WRITE_ONLY_HINTS,
+};
+
+/// SHA-256 of a tool's normal definition (everything but its name) in canonical JSON.
+pub type DefinitionDigest = [u8; 32];
+
+/// How [`definition_text`] wrote a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Straight from the declaration.
+    Directly,
+    /// From the tool's normal form, built for it.
+    FromNormalForm,
+}
+
+/// The canonical JSON of a tool's normal definition, into `out` (cleared first).
+pub fn definition_text(name: &str, tool: &Map<String, Value>, out: &mut String) -> Written {
+    out.clear();
+    if (Writer { out: &mut *out }).tool(tool).is_ok() {
+        return Written::Directly;
+    }
+    out.clear();
+    write_object(out, &normalize_tool(name, tool).definition, None);
+    Written::FromNormalForm
+}
+
+/// The [`DefinitionDigest`] of a declared tool; `scratch` is reused between calls.
+pub fn definition_digest(name: &str, tool: &Map<String, Value>, scratch: &mut String) -> DefinitionDigest {
+    definition_text(name, tool, scratch);
+    Sha256::digest(scratch.as_bytes()).into()
+}
+
+/// The declaration holds something only the normal form handles.
+struct Unsupported;
+
+type Direct = Result<(), Unsupported>;
+
+/// Keywords whose rewrite this writer leaves to the normal form.
+const UNSUPPORTED_KEYWORDS: u32 =
+    keyword::ALL_OF | keyword::ANY_OF | keyword::ONE_OF | keyword::CONST | keyword::EXCLUSIVE_BOUND;
+
+struct Writer<'o> {
+    out: &'o mut String,
+}
+
+/// The members of one object being written: the separator before each, the braces around them.
+struct Members {
+    first: bool,
+}
+
+impl Members {
+    fn open() -> Self {
+        Members { first: true }
+    }
+
+    fn key(&mut self, out: &mut String, key: &str) {
+        out.push(if self.first { '{' } else { ',' });
+        self.first = false;
+        write_string(out, key);
+        out.push(':');
+    }
+
+    fn close(self, out: &mut String) {
+        if self.first {
+            out.push('{');
+        }
+        out.push('}');
+    }
+
+    /// Where the next member would start, to take it back (a member whose value came out at its default).
+    fn mark(&self, out: &str) -> (usize, bool) {
+        (out.len(), self.first)
+    }
+
+    fn take_back(&mut self, out: &mut String, (len, first): (usize, bool)) {
+        out.truncate(len);
+        self.first = first;
+    }
+}
+
+/// A key the writer cannot place: beyond the Basic Multilingual Plane (JCS orders such keys by UTF-16
+/// code units, not as the map iterates them), or a reference inside a schema (expanded by the normal form).
+fn unsupported_key(key: &str, in_schema: bool) -> bool {
+    key.bytes().any(|byte| byte >= 0xF0) || (in_schema && key == "$ref")
+}
+
+/// An order-free list of names, sorted and without repeats, when every item is a string needing no escape.
+fn plain_sorted(items: &[Value]) -> Result<Vec<&str>, Unsupported> {
+    let mut names = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Value::String(text) if !text.bytes().any(needs_escape) => names.push(text.as_str()),
+            _ => return Err(Unsupported),
+        }
+    }
+    if !names.windows(2).all(|pair| quoted_cmp(pair[0], pair[1]).is_lt()) {
+        names.sort_by(|a, b| quoted_cmp(a, b));
+        names.dedup();
+    }
+    Ok(names)
+}
+
+impl Writer<'_> {
+    fn tool(&mut self, tool: &Map<String, Value>) -> Direct {
+        let mut members = Members::open();
+        // MCP's default input schema, where the declaration has none.
+        let mut input_pending = true;
+        for (key, value) in tool {
+            if unsupported_key(key, false) {
+                return Err(Unsupported);
+            }
+            if input_pending && key.as_str() > "inputSchema" {
+                members.key(self.out, "inputSchema");
+                self.out.push_str(r#"{"type":"object"}"#);
+                input_pending = false;
+            }
+            if key == "name" || key == "_meta" || value.is_null() {
+                continue;
+            }
+            match (key.as_str(), value) {
+                ("description" | "title", Value::String(text)) => {
+                    members.key(self.out, key);
+                    self.text(text);
+                }
+                ("inputSchema" | "outputSchema", _) => {
+                    input_pending &= key != "inputSchema";
+                    members.key(self.out, key);
+                    match value {
+                        Value::Object(schema) => self.schema_object(schema, true)?,
+                        other => self.verbatim(other, true)?,
+                    }
+                }
+                ("annotations", Value::Object(annotations)) => {
+                    let mark = members.mark(self.out);
+                    members.key(self.out, key);
+                    if !self.annotations(annotations)? {
+                        members.take_back(self.out, mark);
+                    }
+                }
+                ("execution", Value::Object(execution)) => {
+                    let mark = members.mark(self.out);
+                    members.key(self.out, key);
+                    if !self.execution(execution)? {
+                        members.take_back(self.out, mark);
+                    }
+                }
+                _ => {
+                    members.key(self.out, key);
+                    self.verbatim(value, false)?;
+                }
+            }
+        }
+        if input_pending {
+            members.key(self.out, "inputSchema");
+            self.out.push_str(r#"{"type":"object"}"#);
+        }
+        members.close(self.out);
+        Ok(())
+    }
+
+    /// Model-visible text without its layout.
+    fn text(&mut self, text: &str) {
+        if is_layout_free(text) {
+            write_string(self.out, text);
+        } else {
+            write_string(self.out, &layout_free(text));
+        }
+    }
+
+    /// Hints by effective value; false when none is left (the member is dropped).
+    fn annotations(&mut self, annotations: &Map<String, Value>) -> Result<bool, Unsupported> {
+        let read_only = annotations.get("readOnlyHint") == Some(&Value::Bool(true));
+        let mut members = Members::open();
+        for (key, value) in annotations {
+            if unsupported_key(key, false) {
+                return Err(Unsupported);
+            }
+            let at_default =
+                ANNOTATION_DEFAULTS.iter().any(|(hint, default)| key == hint && *value == *default);
+            let moot = read_only && WRITE_ONLY_HINTS.contains(&key.as_str());
+            if value.is_null() || at_default || moot {
+                continue;
+            }
+            members.key(self.out, key);
+            match (key.as_str(), value) {
+                ("title", Value::String(text)) => self.text(text),
+                _ => self.verbatim(value, false)?,
+            }
+        }
+        let kept = !members.first;
+        members.close(self.out);
+        Ok(kept)
+    }
+
+    /// `execution` without its default; false when nothing is left.
+    fn execution(&mut self, execution: &Map<String, Value>) -> Result<bool, Unsupported> {
+        let mut members = Members::open();
+        for (key, value) in execution {
+            if unsupported_key(key, false) {
+                return Err(Unsupported);
+            }
+            if value.is_null() || (key == "taskSupport" && *value == "forbidden") {
+                continue;
+            }
+            members.key(self.out, key);
+            self.verbatim(value, false)?;
+        }
+        let kept = !members.first;
+        members.close(self.out);
+        Ok(kept)
+    }
+
+    /// A value where a schema sits: objects are schemas, anything else stays as it is.
+    fn schema(&mut self, value: &Value) -> Direct {
+        match value {
+            Value::Object(schema) => self.schema_object(schema, false),
+            other => self.verbatim(other, true),
+        }
+    }
+
+    /// A schema object as `normalize_in_place` leaves it (a root schema also says `type: object` unless it
+    /// says another type).
+    fn schema_object(&mut self, schema: &Map<String, Value>, root: bool) -> Direct {
+        if keywords_present(schema) & UNSUPPORTED_KEYWORDS != 0 {
+            return Err(Unsupported);
+        }
+        let declared = schema.get("type");
+        if matches!(declared, Some(Value::Array(_))) {
+            return Err(Unsupported);
+        }
+        // An enum implies the type of its values; a declared type (other than a list) stays as it is.
+        let listed = match schema.get("enum") {
+            Some(Value::Array(values)) => Some(plain_sorted(values)?),
+            _ => None,
+        };
+        let implied = match (&listed, declared) {
+            (Some(values), None) if !values.is_empty() => Some("string"),
+            (_, None) if root => Some("object"),
+            _ => None,
+        };
+        let integers = matches!(declared, Some(Value::String(t)) if t == "integer");
+        let mut members = Members::open();
+        let mut type_pending = implied;
+        for (key, value) in schema {
+            if unsupported_key(key, true) {
+                return Err(Unsupported);
+            }
+            if let Some(implied) = type_pending.filter(|_| key.as_str() > "type") {
+                members.key(self.out, "type");
+                write_string(self.out, implied);
+                type_pending = None;
+            }
+            let number = value.as_f64();
+            match (key.as_str(), value) {
+                // Dropped, unless they hold a reference (the normal form follows references wherever they sit).
+                (
+                    "$schema" | "$id" | "$comment" | "$anchor" | "$dynamicAnchor" | "$defs" | "definitions",
+                    _,
+                ) => {
+                    if mentions_ref(value) {
+                        return Err(Unsupported);
+                    }
+                }
+                ("required", Value::Array(items)) => {
+                    let names = plain_sorted(items)?;
+                    if !names.is_empty() {
+                        members.key(self.out, key);
+                        self.names(&names);
+                    }
+                }
+                ("enum", Value::Array(_)) => {
+                    members.key(self.out, key);
+                    self.names(listed.as_deref().unwrap_or_default());
+                }
+                ("properties" | "patternProperties" | "dependentSchemas", Value::Object(map)) => {
+                    if key == "properties" && map.is_empty() {
+                        continue;
+                    }
+                    members.key(self.out, key);
+                    self.schema_map(map)?;
+                }
+                ("prefixItems" | "items", Value::Array(items)) => {
+                    members.key(self.out, key);
+                    self.out.push('[');
+                    for (index, item) in items.iter().enumerate() {
+                        if index > 0 {
+                            self.out.push(',');
+                        }
+                        self.schema(item)?;
+                    }
+                    self.out.push(']');
+                }
+                ("items" | "additionalProperties", Value::Bool(true)) => {}
+                ("items" | "additionalProperties" | "propertyNames", Value::Object(child)) => {
+                    let mark = members.mark(self.out);
+                    members.key(self.out, key);
+                    let start = self.out.len();
+                    self.schema_object(child, false)?;
+                    let written = &self.out[start..];
+                    if written == "{}" || (key == "propertyNames" && written == r#"{"type":"string"}"#) {
+                        members.take_back(self.out, mark);
+                    }
+                }
+                (
+                    "items"
+                    | "additionalItems"
+                    | "additionalProperties"
+                    | "unevaluatedItems"
+                    | "unevaluatedProperties"
+                    | "contains"
+                    | "propertyNames"
+                    | "not"
+                    | "if"
+                    | "then"
+                    | "else",
+                    _,
+                ) => {
+                    members.key(self.out, key);
+                    self.schema(value)?;
+                }
+                ("description" | "title", Value::String(text)) => {
+                    members.key(self.out, key);
+                    self.text(text);
+                }
+                // Bounds at or beyond the safe-integer limit constrain nothing; an integer schema's bounds
+                // are rewritten as integers (the same text when they are whole already).
+                ("minimum", Value::Number(_)) if number.is_some_and(|n| n <= -SAFE_INTEGER) => {}
+                ("maximum", Value::Number(_)) if number.is_some_and(|n| n >= SAFE_INTEGER) => {}
+                ("minimum" | "maximum", Value::Number(_))
+                    if integers && number.is_some_and(|n| n.fract() != 0.0) =>
+                {
+                    return Err(Unsupported);
+                }
+                ("maxLength" | "maxItems" | "maxProperties" | "maxContains", Value::Number(_))
+                    if number.is_some_and(|n| n >= SAFE_INTEGER) => {}
+                // Keywords at their default say nothing.
+                ("minLength" | "minItems" | "minProperties", _) if number == Some(0.0) => {}
+                ("uniqueItems" | "deprecated" | "readOnly" | "writeOnly", Value::Bool(false)) => {}
+                _ => {
+                    members.key(self.out, key);
+                    self.verbatim(value, true)?;
+                }
+            }
+        }
+        if let Some(implied) = type_pending {
+            members.key(self.out, "type");
+            write_string(self.out, implied);
+        }
+        members.close(self.out);
+        Ok(())
+    }
+
+    fn schema_map(&mut self, map: &Map<String, Value>) -> Direct {
+        let mut members = Members::open();
+        for (name, schema) in map {
+            if unsupported_key(name, true) {
+                return Err(Unsupported);
+            }
+            members.key(self.out, name);
+            self.schema(schema)?;
+        }
+        members.close(self.out);
+        Ok(())
+    }
+
+    /// Strings that need no escape, as a JSON array.
+    fn names(&mut self, names: &[&str]) {
+        self.out.push('[');
+        for (index, name) in names.iter().enumerate() {
+            if index > 0 {
+                self.out.push(',');
+            }
+            self.out.push('"');
+            self.out.push_str(name);
+            self.out.push('"');
+        }
+        self.out.push(']');
+    }
+
+    /// A value the normal form keeps as it is, in canonical JSON.
+    fn verbatim(&mut self, value: &Value, in_schema: bool) -> Direct {
+        match value {
+            Value::Null => self.out.push_str("null"),
+            Value::Bool(b) => self.out.push_str(if *b { "true" } else { "false" }),
+            Value::Number(number) => write_number(self.out, number),
+            Value::String(text) => write_string(self.out, text),
+            Value::Array(items) => {
+                self.out.push('[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        self.out.push(',');
+                    }
+                    self.verbatim(item, in_schema)?;
+                }
+                self.out.push(']');
+            }
+            Value::Object(map) => {
+                let mut members = Members::open();
+                for (key, item) in map {
+                    if unsupported_key(key, in_schema) {
+                        return Err(Unsupported);
+                    }
+                    members.key(self.out, key);
+                    self.verbatim(item, in_schema)?;
+                }
+                members.close(self.out);
+            }
+        }
+        Ok(())
+    }
+}

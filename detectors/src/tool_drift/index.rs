@@ -1,0 +1,140 @@
+//! A tool list indexed once: its tools by name, each with the digest of its normal definition, and the
+//! list's `schema_hash` computed from those digests.
+//!
+//! Both the hash and the diff read this index. A tool declared exactly as in a list indexed before (the
+//! baseline, the newest snapshot, the other side of a pair) takes its digest from there, so a new list
+//! costs a comparison per unchanged tool and a digest per changed one; the diff builds normal forms only
+//! for the tools whose digests differ.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::canonical::write_string;
+use super::digest::{definition_digest, DefinitionDigest};
+use super::normal::{normalize_tool, tool_of, NormalTool};
+
+/// One tool of an indexed list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedTool {
+    pub name: Box<str>,
+    /// Where the tool sits in the declared list (of two tools with one name, the later wins).
+    pub at: usize,
+    /// SHA-256 of the canonical JSON of its normal definition (everything but the name): equal for a tool
+    /// that was only renamed.
+    pub definition: DefinitionDigest,
+}
+
+/// A declared tool list's tools by name with their definition digests, and its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolIndex {
+    /// Sorted by name (UTF-8 bytes), one per name.
+    tools: Vec<IndexedTool>,
+    hash: [u8; 32],
+}
+
+/// A declared list with its index: what the diff reads.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexedList<'a> {
+    pub tools: &'a [Value],
+    pub index: &'a ToolIndex,
+}
+
+impl IndexedList<'_> {
+    /// The normal form of one of the list's tools, built for the diff.
+    pub fn normal(&self, tool: &IndexedTool) -> NormalTool {
+        match self.tools.get(tool.at).and_then(tool_of) {
+            Some((name, object)) => normalize_tool(name, object),
+            None => NormalTool { name: tool.name.to_string(), definition: serde_json::Map::new() },
+        }
+    }
+}
+
+impl ToolIndex {
+    /// Indexes a declared list: entries that are not objects with a string `name` are not tools.
+    pub fn new(tools: &[Value]) -> Self {
+        Self::reusing(tools, &[])
+    }
+
+    /// [`ToolIndex::new`], taking the digest of every tool declared exactly as in one of `known`.
+    pub fn reusing(tools: &[Value], known: &[IndexedList<'_>]) -> Self {
+        let mut named: Vec<(&str, usize, &Map<String, Value>)> = tools
+            .iter()
+            .enumerate()
+            .filter_map(|(at, tool)| tool_of(tool).map(|(name, object)| (name, at, object)))
+            .collect();
+        // Stable: of two tools with one name, the later is kept (as with duplicate JSON keys).
+        named.sort_by(|a, b| a.0.cmp(b.0));
+        named.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                *kept = *later;
+            }
+            same
+        });
+        let mut scratch = String::new();
+        let indexed: Vec<IndexedTool> = named
+            .into_iter()
+            .map(|(name, at, object)| {
+                let declared = &tools[at];
+                let reused = known.iter().find_map(|list| {
+                    let seen = list.index.get(name)?;
+                    (list.tools.get(seen.at) == Some(declared)).then_some(seen.definition)
+                });
+                let definition = reused.unwrap_or_else(|| definition_digest(name, object, &mut scratch));
+                IndexedTool { name: name.into(), at, definition }
+            })
+            .collect();
+        let hash = list_hash(indexed.iter().map(|tool| (&*tool.name, &tool.definition)));
+        ToolIndex { tools: indexed, hash }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&IndexedTool> {
+        self.tools.binary_search_by(|tool| (*tool.name).cmp(name)).ok().map(|at| &self.tools[at])
+    }
+
+    /// The tools, sorted by name.
+    pub fn tools(&self) -> &[IndexedTool] {
+        &self.tools
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The list's `schema_hash`, in lowercase hex.
+    pub fn hash(&self) -> String {
+        hex::encode(self.hash)
+    }
+}
+
+/// `schema_hash`: SHA-256 of the canonical JSON array of `[name, definition digest in hex]` pairs, sorted by
+/// name — a hash of the tools' hashes, so that a list costs one digest per tool not seen before.
+pub(super) fn list_hash<'a>(tools: impl Iterator<Item = (&'a str, &'a DefinitionDigest)>) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    let mut text = String::with_capacity(128);
+    let mut hex = [0u8; 64];
+    text.push('[');
+    for (index, (name, definition)) in tools.enumerate() {
+        if index > 0 {
+            text.push(',');
+        }
+        text.push('[');
+        write_string(&mut text, name);
+        text.push_str(",\"");
+        if hex::encode_to_slice(definition, &mut hex).is_ok() {
+            text.push_str(std::str::from_utf8(&hex).unwrap_or_default());
+        }
+        text.push_str("\"]");
+        if text.len() > 4096 {
+            hasher.update(text.as_bytes());
+            text.clear();
+        }
+    }
+    text.push(']');
+    hasher.update(text.as_bytes());
+    hasher.finalize().into()
+}
