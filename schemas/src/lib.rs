@@ -31,7 +31,8 @@ pub use tool_drift::{
     ServerStatus, Severity,
 };
 pub use tool_list::{
-    json_depth, McpTool, ProbeFailure, SnapshotSource, ToolListLimits, ToolListSnapshot, ToolListTooLarge,
+    json_depth, McpTool, ProbeFailure, SnapshotSource, ToolListLimits, ToolListRecord, ToolListSnapshot,
+    ToolListTooLarge,
 };
 
 /// Version written into every message this build produces, and the only one it reads.

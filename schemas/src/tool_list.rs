@@ -35,6 +35,42 @@ pub struct ToolListSnapshot {
     pub tools: Vec<Value>,
 }
 
+/// A [`ToolListSnapshot`] as read from the bus with its tools left as text: a detector that has seen the
+/// same text before (a probe's unchanged list, most records) need not parse it again.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolListRecord<'a> {
+    #[serde(default = "schema_version", deserialize_with = "crate::known_schema_version")]
+    pub schema_version: u32,
+    pub project: ProjectName,
+    pub server: ServerName,
+    pub captured_at: Timestamp,
+    pub source: SnapshotSource,
+    #[serde(default)]
+    pub latency_ms: Option<f64>,
+    #[serde(borrow)]
+    pub tools: &'a serde_json::value::RawValue,
+}
+
+impl ToolListRecord<'_> {
+    pub fn key(&self) -> ServerKey {
+        ServerKey { project: self.project.clone(), server: self.server.clone() }
+    }
+
+    /// The snapshot with the given tools (parsed from [`ToolListRecord::tools`], or known to be equal).
+    pub fn snapshot(self, tools: Vec<Value>) -> ToolListSnapshot {
+        ToolListSnapshot {
+            schema_version: self.schema_version,
+            project: self.project,
+            server: self.server,
+            captured_at: self.captured_at,
+            source: self.source,
+            latency_ms: self.latency_ms,
+            tools,
+        }
+    }
+}
+
 /// A probe that could not read a server's tool list in time (key `project/server`, on the tool-lists topic).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -5,6 +5,9 @@
 //! or the store.
 
 mod metrics;
+mod tool_lists;
+
+use tool_lists::ListTexts;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -22,7 +25,7 @@ use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
     derive_id, DeadLetter, DetectorThresholds, Notification, NotificationKind, OperatorCommand,
     OutputDeclaration, OutputKind, ProbeFailure, ProjectName, ServerKey, ServerName, ServerStatus, Timestamp,
-    ToolCallRecord, ToolCallSpan, ToolKey, ToolListSnapshot, ToolName, OUTPUT_DECLARATION,
+    ToolCallRecord, ToolCallSpan, ToolKey, ToolListRecord, ToolListSnapshot, ToolName, OUTPUT_DECLARATION,
 };
 use driftline_store::rollup::RollupCache;
 use driftline_store::{
@@ -125,6 +128,8 @@ pub struct Worker<C> {
     /// Keys (as on the bus) whose stored state cannot be read, with the reason: their records become dead
     /// letters (the state stays in the store for repair) while every other key keeps flowing.
     quarantined: BTreeMap<String, String>,
+    /// The last tool list read per server, to take a list sent again without parsing it.
+    list_texts: ListTexts,
     /// Rollup rows as stored (those written since the last reload, and those read before folding).
     rollups: RollupCache,
     /// Per stream, the input position up to which its calls are in rollups (a `rollups` state row each,
@@ -187,6 +192,7 @@ impl<C: Consumer> Worker<C> {
             settings_read_at: std::time::Instant::now(),
             lag_labels: Vec::new(),
             quarantined: BTreeMap::new(),
+            list_texts: ListTexts::default(),
             rollups: RollupCache::default(),
             rollup_marks: BTreeMap::new(),
         };
@@ -220,6 +226,7 @@ impl<C: Consumer> Worker<C> {
         let streams = owned.as_deref().map_or(Streams::All, Streams::Only);
         let resume = self.store.resume(streams).await?;
         self.servers.clear();
+        self.list_texts.retain(|_| false);
         self.tools.clear();
         self.server_streams.clear();
         self.tool_streams.clear();
@@ -291,6 +298,7 @@ impl<C: Consumer> Worker<C> {
         let revoked: BTreeSet<u32> = change.revoked.iter().copied().collect();
         let (server_streams, tool_streams) = (&self.server_streams, &self.tool_streams);
         self.servers.retain(|key, _| server_streams.get(key).is_none_or(|s| !revoked.contains(s)));
+        self.list_texts.retain(|key| server_streams.get(key).is_none_or(|s| !revoked.contains(s)));
         self.tools.retain(|key, _| tool_streams.get(key).is_none_or(|s| !revoked.contains(s)));
         self.server_streams.retain(|_, s| !revoked.contains(s));
         self.tool_streams.retain(|_, s| !revoked.contains(s));
@@ -667,10 +675,12 @@ impl<C: Consumer> Worker<C> {
         let outcome = match record.topic {
             // Tool lists, probe failures and baseline acceptances share the server's partition, so an
             // acceptance applies in order with the lists, on the instance that owns the server.
-            Topic::ToolLists => match serde_json::from_slice::<ToolListSnapshot>(&record.payload) {
-                Ok(snapshot) => check_key(record, &snapshot.key().to_string())
-                    .and_then(|()| self.settings.tool_lists.check(&snapshot.tools).map_err(|e| e.to_string()))
-                    .map(|()| self.tool_list(snapshot, record, batch, dirty, declarations)),
+            Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
+                Ok(list) => check_key(record, &list.key().to_string())
+                    .and_then(|()| self.list_texts.read(&list, self.settings.tool_lists))
+                    .map(|tools| {
+                        self.tool_list(list.snapshot(Vec::new()), tools, record, batch, dirty, declarations)
+                    }),
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                         check_key(record, &failure.key().to_string())
@@ -732,9 +742,11 @@ impl<C: Consumer> Worker<C> {
         Ok(record_from_span(&span, &project, record.appended_at))
     }
 
+    /// A snapshot (its tools apart: shared by the state, an event and the stored snapshot).
     fn tool_list(
         &mut self,
-        mut snapshot: ToolListSnapshot,
+        snapshot: ToolListSnapshot,
+        tools: Arc<Vec<serde_json::Value>>,
         record: &Delivered,
         batch: &mut Batch,
         dirty: &mut Dirty,
@@ -751,8 +763,6 @@ impl<C: Consumer> Worker<C> {
             at: record.appended_at,
         };
         let before = DeclaredBefore::of(state);
-        // The state, an event and the stored snapshot share the list.
-        let tools = Arc::new(std::mem::take(&mut snapshot.tools));
         let observed = state.observe_tools(Arc::clone(&tools), context, policy);
         let changed = before.changes(state);
         declarations.extend(declaration_messages(&snapshot.project, &snapshot.server, changed, record));

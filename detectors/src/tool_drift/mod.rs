@@ -81,6 +81,19 @@ impl HashedTools {
         self.index.0.as_deref().map(|index| IndexedList { tools: &self.tools, index })
     }
 
+    /// Whether `tools` is this list; if so, this list takes that copy (the same list read again is then
+    /// recognised without comparing it).
+    fn adopt_if_equal(&mut self, tools: &Arc<Vec<Value>>) -> bool {
+        if Arc::ptr_eq(&self.tools, tools) {
+            return true;
+        }
+        if self.tools != *tools {
+            return false;
+        }
+        self.tools = Arc::clone(tools);
+        true
+    }
+
     /// How many tools the list declares (one per name).
     pub fn tool_count(&self) -> usize {
         match &self.index.0 {
@@ -255,19 +268,21 @@ impl ServerState {
     /// A list equal, as sent, to the baseline (the server went back to it, or never left) or to the newest
     /// snapshot (the same drift again): what [`ServerState::observe_indexed`] does for its hash, without
     /// indexing it. `None` for any other list.
-    fn observe_known(&mut self, tools: &[Value], context: RecordContext<'_>) -> Option<Observed> {
-        let (hash, tool_count, outputs) = match (&self.baseline, &self.observed) {
-            (Some(baseline), _) if *baseline.tools == tools => {
-                let (hash, count) = (baseline.hash.clone(), baseline.tool_count());
-                self.down = None;
-                (hash, count, self.back_to_baseline(context.at))
-            }
-            (Some(_), Some(observed)) if *observed.tools == tools => {
-                self.down = None;
-                (observed.hash.clone(), observed.tool_count(), Vec::new())
-            }
-            _ => return None,
-        };
+    fn observe_known(&mut self, tools: &Arc<Vec<Value>>, context: RecordContext<'_>) -> Option<Observed> {
+        if self.baseline.as_mut().is_some_and(|baseline| baseline.adopt_if_equal(tools)) {
+            let baseline = self.baseline.as_ref()?;
+            let (hash, tool_count) = (baseline.hash.clone(), baseline.tool_count());
+            self.down = None;
+            let outputs = self.back_to_baseline(context.at);
+            return Some(Observed { outputs, hash, tool_count });
+        }
+        let observed = self.observed.as_mut().filter(|_| self.baseline.is_some())?;
+        if !observed.adopt_if_equal(tools) {
+            return None;
+        }
+        let (hash, tool_count) = (observed.hash.clone(), observed.tool_count());
+        self.down = None;
+        let outputs = Vec::new();
         Some(Observed { outputs, hash, tool_count })
     }
 
