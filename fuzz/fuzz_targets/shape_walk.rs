@@ -1,8 +1,9 @@
 //! The return-value shape walk on any bytes: it never panics, agrees with serde_json on what is JSON,
-//! and reads text the same with or without its UTF-8 check.
+//! reads text the same with or without its UTF-8 check, and the same from token to token (AVX2) as byte by
+//! byte.
 #![no_main]
 
-use driftline_detectors::shape::{fingerprint, fingerprint_str, LARGEST_MAX_BYTES};
+use driftline_detectors::shape::{fingerprint, fingerprint_bytewise, fingerprint_str, LARGEST_MAX_BYTES};
 use driftline_schemas::ShapeOutcome;
 use libfuzzer_sys::fuzz_target;
 
@@ -29,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         _ => {}
     }
     assert_eq!(print.shape.is_some(), print.outcome == ShapeOutcome::Fingerprinted);
+    assert_eq!(fingerprint_bytewise(data, LARGEST_MAX_BYTES), print, "the token walk differs");
     if let Ok(text) = std::str::from_utf8(data) {
         assert_eq!(fingerprint_str(text, LARGEST_MAX_BYTES), print, "the &str path differs");
     }

@@ -287,3 +287,68 @@ fn reverse_keys(value: &serde_json::Value) -> String {
         other => serde_json::to_string(other).expect("scalar"),
     }
 }
+
+/// Values with long strings and keys (across 64-byte blocks), escapes and typed sentinels.
+fn arb_long_json() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(serde_json::Value::from),
+        "[a-z\\\\\"\u{1}\u{e9}\u{1f600} ]{0,90}".prop_map(serde_json::Value::from),
+        Just(serde_json::json!({"__type__": "Dataset", "class": "x\\y"})),
+    ];
+    leaf.prop_recursive(5, 64, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+            prop::collection::btree_map("[a-z:,\\\\\"_]{0,70}", inner, 0..6)
+                .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+/// The token walk and the byte-by-byte walk give one result, for bytes and for text.
+fn check_walks_agree(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let bytewise = fingerprint_bytewise(bytes, CAP);
+    prop_assert_eq!(&fingerprint(bytes, CAP), &bytewise, "input {:?}", String::from_utf8_lossy(bytes));
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        prop_assert_eq!(&fingerprint_str(text, CAP), &bytewise, "input {:?}", text);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn token_walk_agrees_on_json(value in arb_long_json(), pad in 0usize..70, pretty in any::<bool>()) {
+        let text = if pretty { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) };
+        let text = format!("{}{}", " ".repeat(pad), text.expect("serialize"));
+        check_walks_agree(text.as_bytes())?;
+    }
+
+    #[test]
+    fn token_walk_agrees_on_damaged_json(
+        value in arb_long_json(),
+        pad in 0usize..70,
+        at in any::<prop::sample::Index>(),
+        byte in prop::sample::select(vec![b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b' ', b'\n', 1u8, 0x7f, 0xc3, 0xff, b'a', b'0', b'-', b'e', b'u']),
+        delete in any::<bool>(),
+    ) {
+        let mut bytes = format!("{}{}", " ".repeat(pad), serde_json::to_string(&value).expect("serialize")).into_bytes();
+        let at = at.index(bytes.len());
+        if delete { bytes.remove(at); } else { bytes[at] = byte; }
+        check_walks_agree(&bytes)?;
+    }
+
+    #[test]
+    fn token_walk_agrees_on_fragments(
+        parts in prop::collection::vec(prop::sample::select(vec![
+            &b"\""[..], b"\\", b"\\\\", b"\\\"", b"\\u00e9", b"\\ud83d\\ude00", b"\\ud83d", b"\\u12", b"\xc3\xa9",
+            b"\xff", b"abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz", b"   \n   ", b"{", b"}", b"[",
+            b"]", b":", b",", b"1", b"-0.5e+3", b"01", b"true", b"nul", b"null", b"\x01", b"\t", b"\"k\":", b"\"__type__\":",
+        ]), 0..48)
+    ) {
+        check_walks_agree(&parts.concat())?;
+    }
+}

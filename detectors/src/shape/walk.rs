@@ -35,7 +35,31 @@ pub fn walk_str(json: &str) -> Result<Walked, Invalid> {
     walk_text(json.as_bytes(), Some(json))
 }
 
+/// The tokens of text known to be UTF-8, where the CPU can find them a block at a time (x86-64 with
+/// AVX2). Bytes not known to be UTF-8 are checked first: anything but UTF-8 is not JSON.
+#[cfg(target_arch = "x86_64")]
+fn tokens_of<'a>(json: &'a [u8], text: Option<&'a str>) -> Option<super::tokens::Tokens<'a>> {
+    if text.is_none() && std::str::from_utf8(json).is_err() {
+        return None; // read byte by byte, which refuses it where it is
+    }
+    super::tokens::Tokens::new(json)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn tokens_of<'a>(_: &'a [u8], _: Option<&'a str>) -> Option<std::convert::Infallible> {
+    None
+}
+
+/// [`walk`] byte by byte, whatever the CPU: the tests hold the token walk to it.
+pub fn walk_bytewise(json: &[u8]) -> Result<Walked, Invalid> {
+    walk_with(json, None, false)
+}
+
 fn walk_text<'a>(json: &'a [u8], text: Option<&'a str>) -> Result<Walked, Invalid> {
+    walk_with(json, text, true)
+}
+
+fn walk_with<'a>(json: &'a [u8], text: Option<&'a str>, by_tokens: bool) -> Result<Walked, Invalid> {
     let mut walker = Walker {
         cur: Cursor { bytes: json, pos: 0, whitespace: 0, check_utf8: text.is_none() },
         text,
@@ -47,8 +71,20 @@ fn walk_text<'a>(json: &'a [u8], text: Option<&'a str>) -> Result<Walked, Invali
         too_deep: false,
         top_string: None,
     };
-    walker.run()?;
-    let compact_bytes = (json.len() - walker.cur.whitespace) as u64;
+    let whitespace = match tokens_of(json, text).filter(|_| by_tokens) {
+        Some(mut tokens) => {
+            walker.run_tokens(&mut tokens)?;
+            if !tokens.complete() {
+                return Err(Invalid);
+            }
+            tokens.whitespace
+        }
+        None => {
+            walker.run()?;
+            walker.cur.whitespace
+        }
+    };
+    let compact_bytes = (json.len() - whitespace) as u64;
     if walker.too_deep {
         return Ok(Walked { shape: None, compact_bytes, is_truncated_sentinel: false });
     }
@@ -85,6 +121,9 @@ struct Frame {
     key: Option<Text>,
     /// A member `__type__` holds a string: the object may be a typed sentinel.
     typed: bool,
+    /// Its members so far came in key order, each key after the one before: the shape written as they came
+    /// is the object's (most objects), and nothing is rewritten when it closes.
+    in_order: bool,
 }
 
 /// A member of an object being built: its key and where its value's shape sits in the buffer.
@@ -519,10 +558,11 @@ impl<'a> Walker<'a> {
             self.building = false;
         }
         let start = self.out.len();
-        if self.building && kind == Container::Array {
-            self.out.push(b'[');
+        if self.building {
+            self.out.push(if kind == Container::Array { b'[' } else { b'{' });
         }
-        self.frames.push(Frame { kind, start, entries_start: self.entries.len(), key: None, typed: false });
+        let entries_start = self.entries.len();
+        self.frames.push(Frame { kind, start, entries_start, key: None, typed: false, in_order: true });
     }
 
     fn close_array(&mut self) {
@@ -536,6 +576,12 @@ impl<'a> Walker<'a> {
     fn close_object(&mut self) {
         let Some(frame) = self.frames.pop() else { return };
         if !self.building {
+            return;
+        }
+        if frame.in_order && !frame.typed {
+            self.out.push(b'}');
+            self.entries.truncate(frame.entries_start);
+            self.deliver(frame.start, None);
             return;
         }
         let end = self.out.len();
@@ -606,7 +652,22 @@ impl<'a> Walker<'a> {
                 let key = frame.key.take().unwrap_or(Text { start: 0, end: 0, decoded: false });
                 // A kept string's key is `__type__` or `class`.
                 frame.typed |= string.is_some() && key.end - key.start == "__type__".len();
-                let prefix = prefix_of(text_bytes(self.cur.bytes, &self.decoded, key));
+                let key_bytes = text_bytes(self.cur.bytes, &self.decoded, key);
+                let prefix = match (key.decoded, self.cur.bytes.get(key.start..key.start + 8)) {
+                    // Eight bytes of the input from the key's start, those past its end masked off.
+                    (false, Some(word)) => {
+                        let word = u64::from_be_bytes(word.try_into().unwrap_or_default());
+                        let len = key_bytes.len();
+                        if len >= 8 { word } else { word & !(u64::MAX >> (8 * len)) }
+                    }
+                    _ => prefix_of(key_bytes),
+                };
+                if frame.in_order && self.entries.len() > frame.entries_start {
+                    if let Some(last) = self.entries.last() {
+                        let before = text_bytes(self.cur.bytes, &self.decoded, last.key);
+                        frame.in_order = (last.prefix, before) < (prefix, key_bytes);
+                    }
+                }
                 self.entries.push(Entry { key, prefix, shape: (start, end), string });
             }
         }
@@ -620,10 +681,21 @@ impl<'a> Walker<'a> {
         }
         self.cur.pos += 1;
         let key = self.string(self.building)?;
-        if let (true, Some(frame)) = (self.building, self.frames.last_mut()) {
-            frame.key = key;
-        }
+        self.take_key(key);
         self.cur.colon()
+    }
+
+    /// The key of the member being read: kept in the frame, and written into the shape as it comes (an
+    /// object whose keys come in order needs nothing more).
+    #[inline]
+    fn take_key(&mut self, key: Option<Text>) {
+        let (true, Some(frame), Some(key)) = (self.building, self.frames.last_mut(), key) else { return };
+        frame.key = Some(key);
+        if self.entries.len() > frame.entries_start {
+            self.out.push(b',');
+        }
+        escape_key_into(&mut self.out, text_bytes(self.cur.bytes, &self.decoded, key));
+        self.out.push(b':');
     }
 
     /// Reads a string body after its opening quote; decodes it only when `keep` (a string with escapes
@@ -688,6 +760,266 @@ impl<'a> Walker<'a> {
         self.deliver(start, None);
         Ok(())
     }
+}
+
+/// Whether a number or a literal may end before this byte: whitespace, a structural character, a quote,
+/// or the end of the text (anything else would continue it).
+#[inline]
+fn ends_atom(byte: Option<&u8>) -> bool {
+    matches!(byte, None | Some(b' ' | b'\t' | b'\n' | b'\r' | b'{' | b'}' | b'[' | b']' | b':' | b',' | b'"'))
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Walker<'_> {
+    /// [`Walker::run`] from token to token: the same grammar, the same shape, without reading the bytes
+    /// between tokens (whitespace and string contents; the tokens count and check those a block at a time).
+    fn run_tokens(&mut self, tokens: &mut super::tokens::Tokens<'_>) -> Result<(), Invalid> {
+        let bytes = self.cur.bytes;
+        let mut at = tokens.next().ok_or(Invalid)?;
+        'value: loop {
+            let start = self.out.len();
+            match bytes[at] {
+                b'{' => {
+                    self.open(Container::Object);
+                    let next = tokens.next().ok_or(Invalid)?;
+                    if bytes[next] == b'}' {
+                        self.close_object();
+                    } else {
+                        self.key_at(next, tokens)?;
+                        at = tokens.next().ok_or(Invalid)?;
+                        continue 'value;
+                    }
+                }
+                b'[' => {
+                    self.open(Container::Array);
+                    let next = tokens.next().ok_or(Invalid)?;
+                    if bytes[next] == b']' {
+                        self.close_array();
+                    } else {
+                        at = next;
+                        continue 'value;
+                    }
+                }
+                b'"' => {
+                    let value = if self.building && self.keeps_string_value() {
+                        self.kept_string_at(at, tokens)?
+                    } else {
+                        pass_string(bytes, tokens)?;
+                        None
+                    };
+                    self.atom(b"string");
+                    self.deliver(start, value);
+                }
+                byte => {
+                    self.atom_at(at, byte)?;
+                    self.deliver(start, None);
+                }
+            }
+            // A value ended: close containers until one continues, or the input's value is complete.
+            loop {
+                let Some(kind) = self.frames.last().map(|f| f.kind) else {
+                    return if tokens.next().is_none() { Ok(()) } else { Err(Invalid) };
+                };
+                let next = tokens.next().ok_or(Invalid)?;
+                match (bytes[next], kind) {
+                    (b',', Container::Object) => {
+                        let key = tokens.next().ok_or(Invalid)?;
+                        self.key_at(key, tokens)?;
+                        at = tokens.next().ok_or(Invalid)?;
+                        continue 'value;
+                    }
+                    (b',', Container::Array) => {
+                        // The shape holds an array's first element only: the rest is passed over.
+                        if pass_elements(bytes, tokens, self.frames.len())? {
+                            self.too_deep = true;
+                            self.building = false;
+                        }
+                        self.close_array();
+                    }
+                    (b'}', Container::Object) => self.close_object(),
+                    (b']', Container::Array) => self.close_array(),
+                    _ => return Err(Invalid),
+                }
+            }
+        }
+    }
+
+    /// The value of the atom (number or literal) whose first byte is at `at`.
+    #[inline]
+    fn atom_at(&mut self, at: usize, byte: u8) -> Result<(), Invalid> {
+        let shape: &[u8] = match byte {
+            b'-' | b'0'..=b'9' => b"number",
+            b't' | b'f' => b"bool",
+            b'n' => b"null",
+            _ => return Err(Invalid),
+        };
+        self.cur.pos = at;
+        pass_atom(&mut self.cur, byte)?;
+        self.atom(shape);
+        Ok(())
+    }
+
+    /// `"key" :` with the key's opening quote at `at`, keeping the key when the object is being built.
+    #[inline]
+    fn key_at(&mut self, at: usize, tokens: &mut super::tokens::Tokens<'_>) -> Result<(), Invalid> {
+        let bytes = self.cur.bytes;
+        if bytes[at] != b'"' {
+            return Err(Invalid);
+        }
+        if !self.building {
+            return pass_key(bytes, tokens, at);
+        }
+        let colon = tokens.peek().ok_or(Invalid)?;
+        let key = match bytes[colon] {
+            // No escape: the key ends at the last quote before the colon (whitespace may lie between).
+            b':' => {
+                tokens.skip();
+                let mut end = colon;
+                while end > at + 1 && matches!(bytes[end - 1], b' ' | b'\t' | b'\n' | b'\r') {
+                    end -= 1;
+                }
+                Some(Text { start: at + 1, end: end - 1, decoded: false })
+            }
+            _ => {
+                let key = self.kept_string_at(at, tokens)?;
+                match tokens.next() {
+                    Some(colon) if bytes[colon] == b':' => key,
+                    _ => return Err(Invalid),
+                }
+            }
+        };
+        self.take_key(key);
+        Ok(())
+    }
+
+    /// The string whose opening quote is at `at`, read (and decoded) from the bytes as the byte-by-byte walk
+    /// reads it; its escape tokens are passed.
+    fn kept_string_at(
+        &mut self,
+        at: usize,
+        tokens: &mut super::tokens::Tokens<'_>,
+    ) -> Result<Option<Text>, Invalid> {
+        self.cur.pos = at + 1;
+        let text = self.string(true)?;
+        let end = self.cur.pos;
+        while tokens.peek().is_some_and(|next| next < end) {
+            tokens.skip();
+        }
+        Ok(text)
+    }
+}
+
+/// Checks the number or literal at the cursor, whose first byte is `byte`, and that nothing continues it.
+#[inline(always)]
+fn pass_atom(cursor: &mut Cursor<'_>, byte: u8) -> Result<(), Invalid> {
+    match byte {
+        b'-' | b'0'..=b'9' => cursor.number()?,
+        b't' => cursor.expect(b"true")?,
+        b'f' => cursor.expect(b"false")?,
+        b'n' => cursor.expect(b"null")?,
+        _ => return Err(Invalid),
+    }
+    if ends_atom(cursor.bytes.get(cursor.pos)) {
+        Ok(())
+    } else {
+        Err(Invalid)
+    }
+}
+
+/// Passes over an array's elements after its first, from token to token, up to and including its `]`:
+/// checks them and says whether they nest deeper than [`DEPTH_LIMIT`] (`depth` containers are open, the
+/// array among them).
+#[cfg(target_arch = "x86_64")]
+fn pass_elements(bytes: &[u8], tokens: &mut super::tokens::Tokens<'_>, depth: usize) -> Result<bool, Invalid> {
+    // The array itself is the outermost container here.
+    let mut kinds = Kinds::new();
+    kinds.push(Container::Array);
+    let outside = depth - 1;
+    let mut too_deep = false;
+    let mut cursor = Cursor { bytes, pos: 0, whitespace: 0, check_utf8: false };
+    // A value's first token, when it was taken to see whether its container was empty.
+    let mut pending: Option<usize> = None;
+    loop {
+        // A value starts here.
+        let at = match pending.take() {
+            Some(at) => at,
+            None => tokens.next().ok_or(Invalid)?,
+        };
+        match bytes[at] {
+            byte @ (b'{' | b'[') => {
+                let kind = if byte == b'{' { Container::Object } else { Container::Array };
+                kinds.push(kind);
+                too_deep |= outside + kinds.depth > DEPTH_LIMIT;
+                let next = tokens.next().ok_or(Invalid)?;
+                let closing = if kind == Container::Object { b'}' } else { b']' };
+                if bytes[next] == closing {
+                    kinds.pop();
+                } else {
+                    if kind == Container::Object {
+                        pass_key(bytes, tokens, next)?;
+                    } else {
+                        pending = Some(next);
+                    }
+                    continue;
+                }
+            }
+            b'"' => pass_string(bytes, tokens)?,
+            byte => {
+                cursor.pos = at;
+                pass_atom(&mut cursor, byte)?;
+            }
+        }
+        // A value ended: close containers until one continues, or the array is closed.
+        loop {
+            let Some(kind) = kinds.top() else { return Ok(too_deep) };
+            let next = tokens.next().ok_or(Invalid)?;
+            match (bytes[next], kind) {
+                (b',', Container::Object) => {
+                    let key = tokens.next().ok_or(Invalid)?;
+                    pass_key(bytes, tokens, key)?;
+                    break;
+                }
+                (b',', Container::Array) => break,
+                (b'}', Container::Object) | (b']', Container::Array) => kinds.pop(),
+                _ => return Err(Invalid),
+            }
+        }
+    }
+}
+
+/// `"key" :` passed over, the key's opening quote at `at`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn pass_key(bytes: &[u8], tokens: &mut super::tokens::Tokens<'_>, at: usize) -> Result<(), Invalid> {
+    if bytes[at] != b'"' {
+        return Err(Invalid);
+    }
+    pass_string(bytes, tokens)?;
+    match tokens.next() {
+        Some(colon) if bytes[colon] == b':' => Ok(()),
+        _ => Err(Invalid),
+    }
+}
+
+/// A string passed over after its opening quote: its escapes (the tokens that follow it inside it)
+/// checked. The token after the string is left to be taken.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn pass_string(bytes: &[u8], tokens: &mut super::tokens::Tokens<'_>) -> Result<(), Invalid> {
+    let mut checked = 0;
+    while let Some(next) = tokens.peek() {
+        if bytes[next] != b'\\' {
+            break;
+        }
+        tokens.skip();
+        // The second backslash of a surrogate pair was checked with the first.
+        if next >= checked {
+            let mut cursor = Cursor { bytes, pos: next + 1, whitespace: 0, check_utf8: false };
+            cursor.escape()?;
+            checked = cursor.pos;
+        }
+    }
+    Ok(())
 }
 
 /// Passes over one whole value at `cursor` (its containers nested inside `depth` open ones): validates
@@ -796,13 +1128,10 @@ fn utf8(bytes: &[u8]) -> Result<&str, Invalid> {
 }
 
 /// [`super::escape_key_into`] into the shape's bytes, for a key's UTF-8 bytes (checked when it was read).
+#[inline]
 fn escape_key_into(out: &mut Vec<u8>, key: &[u8]) {
-    let mut plain = true;
-    for &byte in key {
-        plain &= !super::escape::needs_escape_byte(byte);
-    }
-    if plain {
-        append(out, key);
+    if !key.iter().any(|&byte| super::escape::needs_escape_byte(byte)) {
+        out.extend_from_slice(key);
         return;
     }
     let mut escaped = String::new();
