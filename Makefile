@@ -126,6 +126,7 @@ infra-down:
 bench: infra-up
 	@rm -rf target/bench
 	$(CARGO) bench --locked -p driftline-detectors --bench detectors
+	$(CARGO) bench --locked -p driftline-worker --bench tool_lists
 	scripts/shape-instructions.sh
 	$(CARGO) bench --locked --bench ingest_load
 	DRIFTLINE_BENCH_MODE=split $(CARGO) bench --locked --bench ingest_load

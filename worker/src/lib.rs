@@ -5,7 +5,7 @@
 //! or the store.
 
 mod metrics;
-mod tool_lists;
+pub mod tool_lists;
 
 use tool_lists::ListTexts;
 

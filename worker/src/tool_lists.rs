@@ -12,13 +12,13 @@ use sha2::{Digest, Sha256};
 /// The last tool list read per server, by the SHA-256 of its text (a collision-resistant hash: a server
 /// cannot craft another list that passes for the one seen).
 #[derive(Default)]
-pub(crate) struct ListTexts {
+pub struct ListTexts {
     last: HashMap<ServerKey, ([u8; 32], Arc<Vec<Value>>)>,
 }
 
 impl ListTexts {
     /// The record's tools: the list read before when the text is the same, else parsed and checked.
-    pub(crate) fn read(
+    pub fn read(
         &mut self,
         record: &ToolListRecord<'_>,
         limits: ToolListLimits,
@@ -40,7 +40,7 @@ impl ListTexts {
     }
 
     /// Keeps only the servers whose state the worker keeps.
-    pub(crate) fn retain(&mut self, keep: impl Fn(&ServerKey) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(&ServerKey) -> bool) {
         self.last.retain(|key, _| keep(key));
     }
 }

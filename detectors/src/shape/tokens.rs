@@ -205,21 +205,26 @@ fn prefix_xor(mut bits: u64) -> u64 {
 #[inline]
 unsafe fn classify(block: &[u8; 64]) -> Masks {
     // Safety (of the loads): the block holds 64 bytes; each unaligned load reads 32 of them.
-    let (low, high) =
-        unsafe { (_mm256_loadu_si256(block.as_ptr().cast()), _mm256_loadu_si256(block.as_ptr().add(32).cast())) };
+    let (low, high) = unsafe {
+        (_mm256_loadu_si256(block.as_ptr().cast()), _mm256_loadu_si256(block.as_ptr().add(32).cast()))
+    };
     // Looked up by the low four bits (bytes of 0x80 and above look up zero): a byte is whitespace when
     // the table holds it at its low four bits.
     let whitespace_table = _mm256_setr_epi8(
-        0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0x09, 0x0A, 0, 0, 0x0D, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0x09, 0x0A, 0,
-        0, 0x0D, 0, 0,
+        0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0x09, 0x0A, 0, 0, 0x0D, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0x09, 0x0A,
+        0, 0, 0x0D, 0, 0,
     );
     // `[` and `]` are `{` and `}` without bit 0x20: the byte with that bit set is looked up.
     let structural_table = _mm256_setr_epi8(
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x3A, 0x7B, 0x2C, 0x7D, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x3A, 0x7B,
         0x2C, 0x7D, 0, 0,
     );
-    let (quote, backslash, bit_20, below_20) =
-        (_mm256_set1_epi8(b'"' as i8), _mm256_set1_epi8(b'\\' as i8), _mm256_set1_epi8(0x20), _mm256_set1_epi8(0x1F));
+    let (quote, backslash, bit_20, below_20) = (
+        _mm256_set1_epi8(b'"' as i8),
+        _mm256_set1_epi8(b'\\' as i8),
+        _mm256_set1_epi8(0x20),
+        _mm256_set1_epi8(0x1F),
+    );
     // One mask from the two halves' comparisons.
     macro_rules! mask {
         (|$v:ident| $compare:expr) => {{

@@ -658,7 +658,11 @@ impl<'a> Walker<'a> {
                     (false, Some(word)) => {
                         let word = u64::from_be_bytes(word.try_into().unwrap_or_default());
                         let len = key_bytes.len();
-                        if len >= 8 { word } else { word & !(u64::MAX >> (8 * len)) }
+                        if len >= 8 {
+                            word
+                        } else {
+                            word & !(u64::MAX >> (8 * len))
+                        }
                     }
                     _ => prefix_of(key_bytes),
                 };
@@ -930,7 +934,11 @@ fn pass_atom(cursor: &mut Cursor<'_>, byte: u8) -> Result<(), Invalid> {
 /// checks them and says whether they nest deeper than [`DEPTH_LIMIT`] (`depth` containers are open, the
 /// array among them).
 #[cfg(target_arch = "x86_64")]
-fn pass_elements(bytes: &[u8], tokens: &mut super::tokens::Tokens<'_>, depth: usize) -> Result<bool, Invalid> {
+fn pass_elements(
+    bytes: &[u8],
+    tokens: &mut super::tokens::Tokens<'_>,
+    depth: usize,
+) -> Result<bool, Invalid> {
     // The array itself is the outermost container here.
     let mut kinds = Kinds::new();
     kinds.push(Container::Array);

@@ -13,8 +13,8 @@ use sha2::{Digest, Sha256};
 
 use super::canonical::{write_number, write_object, write_string};
 use super::normal::{
-    is_layout_free, keyword, keywords_present, layout_free, mentions_ref, needs_escape, normalize_tool,
-    quoted_cmp, ANNOTATION_DEFAULTS, SAFE_INTEGER, WRITE_ONLY_HINTS,
+    is_layout_free, layout_free, mentions_ref, needs_escape, normalize_tool, quoted_cmp, ANNOTATION_DEFAULTS,
+    SAFE_INTEGER, WRITE_ONLY_HINTS,
 };
 
 /// SHA-256 of a tool's normal definition (everything but its name) in canonical JSON.
@@ -50,10 +50,6 @@ pub fn definition_digest(name: &str, tool: &Map<String, Value>, scratch: &mut St
 struct Unsupported;
 
 type Direct = Result<(), Unsupported>;
-
-/// Keywords whose rewrite this writer leaves to the normal form.
-const UNSUPPORTED_KEYWORDS: u32 =
-    keyword::ALL_OF | keyword::ANY_OF | keyword::ONE_OF | keyword::CONST | keyword::EXCLUSIVE_BOUND;
 
 struct Writer<'o> {
     out: &'o mut String,
@@ -237,26 +233,16 @@ impl Writer<'_> {
     /// A schema object as `normalize_in_place` leaves it (a root schema also says `type: object` unless it
     /// says another type).
     fn schema_object(&mut self, schema: &Map<String, Value>, root: bool) -> Direct {
-        if keywords_present(schema) & UNSUPPORTED_KEYWORDS != 0 {
-            return Err(Unsupported);
-        }
         let declared = schema.get("type");
         if matches!(declared, Some(Value::Array(_))) {
             return Err(Unsupported);
         }
-        // An enum implies the type of its values; a declared type (other than a list) stays as it is.
-        let listed = match schema.get("enum") {
-            Some(Value::Array(values)) => Some(plain_sorted(values)?),
-            _ => None,
-        };
-        let implied = match (&listed, declared) {
-            (Some(values), None) if !values.is_empty() => Some("string"),
-            (_, None) if root => Some("object"),
-            _ => None,
-        };
         let integers = matches!(declared, Some(Value::String(t)) if t == "integer");
+        // A root schema says `type: object` unless it says another type; an enum implies the type of its
+        // values (a declared type other than a list stays as it is). `enum` sorts before `type`, so its
+        // type is known before the place where `type` goes.
+        let mut type_pending = (root && declared.is_none()).then_some("object");
         let mut members = Members::open();
-        let mut type_pending = implied;
         for (key, value) in schema {
             if unsupported_key(key, true) {
                 return Err(Unsupported);
@@ -284,9 +270,16 @@ impl Writer<'_> {
                         self.names(&names);
                     }
                 }
-                ("enum", Value::Array(_)) => {
+                ("enum", Value::Array(values)) => {
+                    let names = plain_sorted(values)?;
+                    if declared.is_none() && !names.is_empty() {
+                        type_pending = Some("string");
+                    }
                     members.key(self.out, key);
-                    self.names(listed.as_deref().unwrap_or_default());
+                    self.names(&names);
+                }
+                ("allOf" | "anyOf" | "oneOf" | "const" | "exclusiveMinimum" | "exclusiveMaximum", _) => {
+                    return Err(Unsupported);
                 }
                 ("properties" | "patternProperties" | "dependentSchemas", Value::Object(map)) => {
                     if key == "properties" && map.is_empty() {
