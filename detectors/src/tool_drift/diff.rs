@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::canonical::canonical_json;
 use super::classify::classify;
 use super::digest::DefinitionDigest;
-use super::index::{IndexedList, IndexedTool, ToolIndex};
+use super::index::{side_by_side, IndexedList, IndexedTool, ToolIndex};
 use super::normal::{NormalTool, ANNOTATION_DEFAULTS};
 use super::security::{self, review_text, TextContext, ToolNames, FREE_TEXT_PARAMETERS};
 
@@ -28,10 +28,11 @@ pub fn diff_tools(old: &[Value], new: &[Value]) -> Vec<SchemaChange> {
 /// only for the others.
 pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> Vec<SchemaChange> {
     let tool_names = ToolNames::new(new.index.tools().iter().map(|t| t.name.to_string()).collect());
-    let removed: Vec<&IndexedTool> =
-        old.index.tools().iter().filter(|t| new.index.get(&t.name).is_none()).collect();
-    let added: Vec<&IndexedTool> =
-        new.index.tools().iter().filter(|t| old.index.get(&t.name).is_none()).collect();
+    // Both indexes are sorted by name: walked side by side, once.
+    let pairs: Vec<(Option<&IndexedTool>, Option<&IndexedTool>)> =
+        side_by_side(old.index, new.index).collect();
+    let removed: Vec<&IndexedTool> = pairs.iter().filter_map(|pair| only_first(*pair)).collect();
+    let added: Vec<&IndexedTool> = pairs.iter().filter_map(|&(a, b)| only_first((b, a))).collect();
 
     // A removed tool whose whole definition reappears under a new name was renamed: each removed tool (in
     // name order) takes the first added tool with its definition that no earlier one took.
@@ -51,10 +52,10 @@ pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> Vec<SchemaCha
         added.iter().enumerate().filter(|(i, _)| !taken.contains(i)).map(|(_, t)| &*t.name).collect();
 
     let mut changes = Vec::new();
-    let names: BTreeSet<&str> = old.index.tools().iter().chain(new.index.tools()).map(|t| &*t.name).collect();
-    for name in names {
+    for pair in pairs {
+        let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { continue };
         let mut differ = ToolDiffer { tool: name, tool_names: &tool_names, changes: &mut changes };
-        match (old.index.get(name), new.index.get(name)) {
+        match pair {
             // Equal digests, equal normal forms: most tools of a new list.
             (Some(before), Some(after)) if before.definition == after.definition => {}
             (Some(before), Some(after)) => {
@@ -76,6 +77,14 @@ pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> Vec<SchemaCha
         }
     }
     changes
+}
+
+/// The tool of a pair that only the first list holds.
+fn only_first<'a>(pair: (Option<&'a IndexedTool>, Option<&'a IndexedTool>)) -> Option<&'a IndexedTool> {
+    match pair {
+        (Some(tool), None) => Some(tool),
+        _ => None,
+    }
 }
 
 /// First-sight review of a tool: every model-visible text in it.

@@ -72,12 +72,18 @@ impl ToolIndex {
             same
         });
         let mut scratch = String::new();
+        // Both sides are sorted by name: one cursor per known list walks along.
+        let mut cursors = vec![0usize; known.len()];
         let indexed: Vec<IndexedTool> = named
             .into_iter()
             .map(|(name, at, object)| {
                 let declared = &tools[at];
-                let reused = known.iter().find_map(|list| {
-                    let seen = list.index.get(name)?;
+                let reused = known.iter().zip(&mut cursors).find_map(|(list, cursor)| {
+                    let seen = list.index.tools();
+                    while seen.get(*cursor).is_some_and(|tool| *tool.name < *name) {
+                        *cursor += 1;
+                    }
+                    let seen = seen.get(*cursor).filter(|tool| *tool.name == *name)?;
                     (list.tools.get(seen.at) == Some(declared)).then_some(seen.definition)
                 });
                 let definition = reused.unwrap_or_else(|| definition_digest(name, object, &mut scratch));
@@ -137,4 +143,22 @@ pub(super) fn list_hash<'a>(tools: impl Iterator<Item = (&'a str, &'a Definition
     text.push(']');
     hasher.update(text.as_bytes());
     hasher.finalize().into()
+}
+
+/// The tools of two indexed lists side by side in name order: those of one list only, and pairs.
+pub(super) fn side_by_side<'a>(
+    old: &'a ToolIndex,
+    new: &'a ToolIndex,
+) -> impl Iterator<Item = (Option<&'a IndexedTool>, Option<&'a IndexedTool>)> + 'a {
+    let (mut old, mut new) = (old.tools.iter().peekable(), new.tools.iter().peekable());
+    std::iter::from_fn(move || match (old.peek(), new.peek()) {
+        (Some(a), Some(b)) => Some(match a.name.cmp(&b.name) {
+            std::cmp::Ordering::Less => (old.next(), None),
+            std::cmp::Ordering::Greater => (None, new.next()),
+            std::cmp::Ordering::Equal => (old.next(), new.next()),
+        }),
+        (Some(_), None) => Some((old.next(), None)),
+        (None, Some(_)) => Some((None, new.next())),
+        (None, None) => None,
+    })
 }
