@@ -131,19 +131,23 @@ impl<'a> Tokens<'a> {
             self.next += 64;
         }
         if self.filled < CHUNK && self.next < bytes.len() {
-            self.masks[self.filled] = self.last_block();
+            // Safety: the caller's.
+            self.masks[self.filled] = unsafe { self.last_block() };
             self.filled += 1;
             self.next += 64;
         }
     }
 
     /// The last, partial block, padded with spaces (whitespace that is not counted).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
     #[inline(never)]
-    fn last_block(&mut self) -> u64 {
+    unsafe fn last_block(&mut self) -> u64 {
         let rest = &self.bytes[self.next..];
         let mut block = [b' '; 64];
         block[..rest.len()].copy_from_slice(rest);
-        // Safety: only reached from `classify_chunk`, whose caller checked that the CPU has AVX2.
+        // Safety: the caller's.
         let masks = unsafe { classify(&block) };
         self.tokens_of(&masks, u64::MAX << rest.len())
     }
