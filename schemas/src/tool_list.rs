@@ -56,19 +56,6 @@ impl ToolListRecord<'_> {
     pub fn key(&self) -> ServerKey {
         ServerKey { project: self.project.clone(), server: self.server.clone() }
     }
-
-    /// The snapshot with the given tools (parsed from [`ToolListRecord::tools`], or known to be equal).
-    pub fn snapshot(self, tools: Vec<Value>) -> ToolListSnapshot {
-        ToolListSnapshot {
-            schema_version: self.schema_version,
-            project: self.project,
-            server: self.server,
-            captured_at: self.captured_at,
-            source: self.source,
-            latency_ms: self.latency_ms,
-            tools,
-        }
-    }
 }
 
 /// A probe that could not read a server's tool list in time (key `project/server`, on the tool-lists topic).
@@ -191,6 +178,38 @@ mod limit_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The record (tools as text) reads every field a snapshot writes, alike, and refuses what a snapshot
+    /// refuses: the two declarations must not drift apart.
+    #[test]
+    fn a_record_reads_what_a_snapshot_reads() {
+        let text = r#"{"schema_version":1,"project":"p","server":"s","captured_at":"2026-03-26T08:15:42.000Z",
+            "source":"probe","latency_ms":12.5,"tools":[{"name":"a","inputSchema":{"type":"object"}}]}"#;
+        let snapshot: ToolListSnapshot = serde_json::from_str(text).expect("a snapshot");
+        let written = serde_json::to_string(&snapshot).expect("serialize");
+        let record: ToolListRecord<'_> = serde_json::from_str(&written).expect("a record");
+        assert_eq!(
+            (record.schema_version, &record.project, &record.server, record.captured_at, record.source),
+            (
+                snapshot.schema_version,
+                &snapshot.project,
+                &snapshot.server,
+                snapshot.captured_at,
+                snapshot.source
+            )
+        );
+        assert_eq!(record.latency_ms, snapshot.latency_ms);
+        let tools: Vec<Value> = serde_json::from_str(record.tools.get()).expect("tools");
+        assert_eq!(tools, snapshot.tools);
+        for refused in [
+            text.replace(r#""source":"probe""#, r#""source":"probe","extra":1"#),
+            text.replace(r#""schema_version":1"#, r#""schema_version":2"#),
+            text.replace(r#""project":"p""#, r#""project":"../p""#),
+        ] {
+            assert!(serde_json::from_str::<ToolListSnapshot>(&refused).is_err(), "{refused}");
+            assert!(serde_json::from_str::<ToolListRecord<'_>>(&refused).is_err(), "{refused}");
+        }
+    }
 
     #[test]
     fn snapshot_round_trips_the_design_example() {

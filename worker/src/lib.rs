@@ -25,7 +25,7 @@ use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
     derive_id, DeadLetter, DetectorThresholds, Notification, NotificationKind, OperatorCommand,
     OutputDeclaration, OutputKind, ProbeFailure, ProjectName, ServerKey, ServerName, ServerStatus, Timestamp,
-    ToolCallRecord, ToolCallSpan, ToolKey, ToolListRecord, ToolListSnapshot, ToolName, OUTPUT_DECLARATION,
+    ToolCallRecord, ToolCallSpan, ToolKey, ToolListRecord, ToolName, OUTPUT_DECLARATION,
 };
 use driftline_store::rollup::RollupCache;
 use driftline_store::{
@@ -678,9 +678,7 @@ impl<C: Consumer> Worker<C> {
             Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
                 Ok(list) => check_key(record, &list.key().to_string())
                     .and_then(|()| self.list_texts.read(&list, self.settings.tool_lists))
-                    .map(|tools| {
-                        self.tool_list(list.snapshot(Vec::new()), tools, record, batch, dirty, declarations)
-                    }),
+                    .map(|tools| self.tool_list(&list, tools, record, batch, dirty, declarations)),
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                         check_key(record, &failure.key().to_string())
@@ -742,10 +740,10 @@ impl<C: Consumer> Worker<C> {
         Ok(record_from_span(&span, &project, record.appended_at))
     }
 
-    /// A snapshot (its tools apart: shared by the state, an event and the stored snapshot).
+    /// A snapshot, its tools read (shared by the state, an event and the stored snapshot).
     fn tool_list(
         &mut self,
-        snapshot: ToolListSnapshot,
+        snapshot: &ToolListRecord<'_>,
         tools: Arc<Vec<serde_json::Value>>,
         record: &Delivered,
         batch: &mut Batch,

@@ -1,14 +1,15 @@
 //! One pass over JSON text: validation, compact size, depth, and the shape of what the shape keeps.
 //!
 //! The shape is written into one buffer as the walk goes: an array's shape is `[`, its first element's
-//! shape in place, `]`; an object's members' shapes are written in input order and, when the object
-//! closes, rewritten once behind them in key order and moved back. Everything the shape ignores (an
-//! array's elements after the first) is passed over by a tighter loop that only validates and counts.
-//! A walk allocates the shape buffer, a frame and an entry list; keys are ranges of the input unless they
-//! hold escapes (then of one buffer of decoded strings). Instructions per value against the walk that built
-//! a string per container and moved keys as `Cow`s (callgrind, `scripts/shape-instructions.sh`): 1 KiB
-//! 35,070 → 28,750 (serde_json to `IgnoredAny`: 25,550), 8 KiB 192,800 → 150,200 (180,500), 1 MiB
-//! 22.2 M → 19.1 M (21.4 M).
+//! shape in place, `]`; an object's members are written as they come (`{key:shape,…`) and, only when their
+//! keys did not come in order (or it may be a typed sentinel), rewritten once behind them in key order and
+//! moved back. Everything the shape ignores (an array's elements after the first) is passed over by a tighter
+//! loop that only validates and counts. A walk allocates the shape buffer, a frame and an entry list; keys
+//! are ranges of the input unless they hold escapes (then of one buffer of decoded strings).
+//!
+//! Two walks share the grammar and every step that builds the shape: on x86-64 with AVX2 the walk goes from
+//! token to token (`run_tokens`, tokens from `tokens.rs`, whitespace and strings checked a block at a time);
+//! elsewhere it reads byte by byte (`run`), the reference the tests and the fuzz target hold the other to.
 
 use super::{DEPTH_LIMIT, TRUNCATED_SENTINEL};
 
@@ -768,6 +769,7 @@ impl<'a> Walker<'a> {
 
 /// Whether a number or a literal may end before this byte: whitespace, a structural character, a quote,
 /// or the end of the text (anything else would continue it).
+#[cfg(target_arch = "x86_64")]
 #[inline]
 fn ends_atom(byte: Option<&u8>) -> bool {
     matches!(byte, None | Some(b' ' | b'\t' | b'\n' | b'\r' | b'{' | b'}' | b'[' | b']' | b':' | b',' | b'"'))
@@ -914,6 +916,7 @@ impl Walker<'_> {
 }
 
 /// Checks the number or literal at the cursor, whose first byte is `byte`, and that nothing continues it.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn pass_atom(cursor: &mut Cursor<'_>, byte: u8) -> Result<(), Invalid> {
     match byte {

@@ -869,6 +869,22 @@ fn state_hashed_by_an_older_normal_form_is_rehashed_not_drift() {
     assert_eq!(state.normal_form, NORMAL_FORM_VERSION);
 }
 
+/// A list equal to the baseline but read anew (another copy) changes nothing, and the state takes that
+/// copy: the same copy sent again is then recognised without comparing the lists.
+#[test]
+fn an_equal_list_is_adopted_as_the_same_list() {
+    let tools = |value: Value| std::sync::Arc::new(value.as_array().cloned().unwrap_or_default());
+    let list = json!([{"name": "a", "description": "x"}, {"name": "b"}]);
+    let mut state = ServerState::default();
+    let first = state.observe_tools(tools(list.clone()), context(0), BaselinePolicy::Manual);
+    let copy = tools(list);
+    let again = state.observe_tools(std::sync::Arc::clone(&copy), context(1), BaselinePolicy::Manual);
+    assert!(again.outputs.is_empty());
+    assert_eq!((&again.hash, again.tool_count), (&first.hash, 2));
+    let baseline = state.baseline.as_ref().expect("a baseline");
+    assert!(std::sync::Arc::ptr_eq(&baseline.tools, &copy), "the baseline took the copy read last");
+}
+
 #[test]
 fn probe_failures_mark_down_until_the_next_snapshot() {
     let mut state = ServerState::default();
