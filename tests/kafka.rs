@@ -103,3 +103,43 @@ fn consumer_lag_over_kafka_tells_the_truth_under_overload() {
     let server = Server::start(&dir, None, &env);
     support::check_lag_tells_the_truth(&server);
 }
+
+/// A detector still joining its group owns no partition, yet records wait: its lag gauge reports the
+/// group's backlog (high watermark minus the group's committed offset), not 0.
+#[test]
+fn before_its_first_assignment_a_detector_reports_the_groups_backlog() {
+    use driftline_bus::{Consumer, KafkaBus, KafkaSettings, Message, Positions, Producer, Topic};
+    let settings = KafkaSettings {
+        brokers: kafka_brokers(),
+        topic_prefix: format!("backlog-{}.", std::process::id()),
+        partitions: 4,
+        replication: 1,
+        session_timeout_ms: 10_000,
+        instance_id: None,
+        client_properties: Vec::new(),
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let bus = KafkaBus::connect(settings).expect("connect");
+        bus.ensure_topics().await.expect("topics");
+        let messages = (0..30)
+            .map(|i| Message { topic: Topic::Spans, key: format!("tool-{i}"), payload: b"{}".to_vec() })
+            .collect();
+        bus.publish(messages).await.expect("publish");
+        // Never polled: not subscribed, so no partition is or will be assigned.
+        let consumer = bus.consumer().expect("consumer");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut lags = Default::default();
+        while std::time::Instant::now() < deadline {
+            lags = consumer.lag(&Positions::new()).await.expect("lag");
+            if lags.values().sum::<u64>() == 30 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(lags.values().sum::<u64>(), 30, "the group's backlog, per partition: {lags:?}");
+        let spans: u64 = lags.iter().filter(|(label, _)| label.starts_with("spans/")).map(|(_, n)| n).sum();
+        assert_eq!(spans, 30, "all of it on the spans topic: {lags:?}");
+        assert_eq!(lags.len(), 12, "every partition of the three input topics: {lags:?}");
+    });
+}

@@ -302,6 +302,44 @@ struct LagCache {
     refreshed: Option<std::time::Instant>,
     refreshing: bool,
     marks: Vec<(u32, i64)>,
+    /// Before this member's first assignment: records waiting past the group's committed offset, for every
+    /// partition of the input topics.
+    unowned: Vec<(u32, u64)>,
+}
+
+/// The `topic/partition` label of a stream's lag series (topic without the prefix).
+fn lag_label(settings: &KafkaSettings, stream: u32) -> Option<String> {
+    let (topic, partition) = kafka_partition(settings, stream)?;
+    let topic = topic.strip_prefix(&settings.topic_prefix).unwrap_or(&topic).to_owned();
+    Some(format!("{topic}/{partition}"))
+}
+
+/// What the whole group has not processed yet, per input partition: high watermark minus the group's
+/// committed offset (the low watermark where none is committed). Round trips: run off the async threads.
+fn group_backlog(consumer: &BaseConsumer<GroupContext>, settings: &KafkaSettings) -> Vec<(u32, u64)> {
+    let timeout = Duration::from_secs(2);
+    let mut partitions = TopicPartitionList::new();
+    for topic in TOPICS {
+        let name = settings.topic_name(topic);
+        let Ok(metadata) = consumer.fetch_metadata(Some(&name), timeout) else { continue };
+        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+            partitions.add_partition(&name, partition.id());
+        }
+    }
+    let committed = consumer.committed_offsets(partitions.clone(), timeout).unwrap_or(partitions);
+    let mut waiting = Vec::new();
+    for element in committed.elements() {
+        let Some(topic) = topic_of(settings, element.topic()) else { continue };
+        let Ok((low, high)) = consumer.fetch_watermarks(element.topic(), element.partition(), timeout) else {
+            continue;
+        };
+        let start = match element.offset() {
+            Offset::Offset(offset) => offset.max(low),
+            _ => low,
+        };
+        waiting.push((stream(topic, element.partition()), (high - start).max(0) as u64));
+    }
+    waiting
 }
 
 const LAG_REFRESH: Duration = Duration::from_secs(1);
@@ -455,8 +493,10 @@ impl Consumer for KafkaGroupConsumer {
             slot.refreshing = true;
             let (consumer, settings, shared) =
                 (self.consumer.clone(), self.settings.clone(), self.lag.clone());
+            let joined = self.events.lock().map_or(true, |e| e.rebalances > 0);
             tokio::task::spawn_blocking(move || {
                 let mut marks = Vec::new();
+                let unowned = if joined { Vec::new() } else { group_backlog(&consumer, &settings) };
                 if let Ok(assignment) = consumer.assignment() {
                     for element in assignment.elements() {
                         let Some(topic) = topic_of(&settings, element.topic()) else { continue };
@@ -471,9 +511,22 @@ impl Consumer for KafkaGroupConsumer {
                     }
                 }
                 if let Ok(mut slot) = shared.lock() {
-                    *slot = LagCache { refreshed: Some(std::time::Instant::now()), refreshing: false, marks };
+                    *slot = LagCache {
+                        refreshed: Some(std::time::Instant::now()),
+                        refreshing: false,
+                        marks,
+                        unowned,
+                    };
                 }
             });
+        }
+        if self.acknowledged.is_empty() && !slot.unowned.is_empty() {
+            // Not a member yet: every partition may come here, and its records wait all the same.
+            return Ok(slot
+                .unowned
+                .iter()
+                .filter_map(|(stream, waiting)| Some((lag_label(&self.settings, *stream)?, *waiting)))
+                .collect());
         }
         let mut highs: BTreeMap<u32, i64> = slot.marks.iter().copied().collect();
         drop(slot);
@@ -494,9 +547,7 @@ impl Consumer for KafkaGroupConsumer {
             .filter(|(stream, _)| self.acknowledged.contains(stream))
             .filter_map(|(stream, high)| {
                 let next = positions.get(stream).map_or(0, |&last| last as i64 + 1);
-                let (topic, partition) = kafka_partition(&self.settings, *stream)?;
-                let topic = topic.strip_prefix(&self.settings.topic_prefix).unwrap_or(&topic).to_owned();
-                Some((format!("{topic}/{partition}"), (high - next).max(0) as u64))
+                Some((lag_label(&self.settings, *stream)?, (high - next).max(0) as u64))
             })
             .collect())
     }

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use driftline_schemas::api::{ContractReport, ServerHealth, ShapeDriftList};
+use driftline_schemas::api::{ContractReport, ServerHealth, ShapeDriftList, ToolSummary};
 use driftline_schemas::{ServerStatus, Timestamp};
 use serde_json::{json, Value};
 
@@ -205,6 +205,15 @@ pub fn run(api: &Api, accept: bool) -> anyhow::Result<ExitCode> {
     wait_until("the forecast shape change", || {
         let drift: ShapeDriftList = api.get("/api/shape-drift?hours=24")?;
         Ok(drift.groups.iter().any(|g| g.tool == "get_forecast" && g.occurrences == 3))
+    })?;
+    // The calls travel on their tools' partitions, the new list on its server's: nothing orders one
+    // after the other, so what the report counts is awaited too.
+    wait_until("every call the agents made to be counted", || {
+        let tools: Vec<ToolSummary> = api.get("/api/tools")?;
+        let calls = |server: &str, tool: &str| {
+            tools.iter().find(|t| t.server == server && t.tool == tool).map_or(0, |t| t.calls)
+        };
+        Ok(calls("search-mcp", "search_web") >= 27 && calls("weather-mcp", "get_forecast") >= 23)
     })?;
     say("4. weather-mcp upgrades its MCP SDK: titles, default annotations, no behaviour change");
     api.send("PUT", "/api/servers/weather-mcp/tools", &weather_sdk_upgrade())?;

@@ -150,6 +150,15 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failing test shows what the server logged last (CI keeps nothing else of it).
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.data_dir.join("stderr.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("--- last lines of {}:", self.data_dir.join("stderr.log").display());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 
@@ -880,8 +889,9 @@ pub fn stored_calls(client: &Client) -> u64 {
 }
 
 /// Overload (DESIGN: consumer lag is what operators, alert rules and the HPA watch): spans arrive faster
-/// than a throttled detector (`detector.test_batch_pause_ms`) stores them. From the first second until
-/// every acknowledged span is stored, the lag gauge is above 0 at every sample; it reads 0 only once every
+/// than a throttled detector (`detector.test_batch_pause_ms`) stores them. From a second after the detector
+/// first reports the gauge (before it holds any partition it reports the whole group's backlog) until every
+/// acknowledged span is stored, the lag gauge is above 0 at every sample; it reads 0 only once every
 /// acknowledged span is stored, and the age of the oldest unprocessed record is reported meanwhile.
 pub fn check_lag_tells_the_truth(server: &Server) {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -925,7 +935,9 @@ pub fn check_lag_tells_the_truth(server: &Server) {
         std::thread::sleep(Duration::from_millis(100));
     }
     producer.join().expect("producer");
-    let overloaded: Vec<_> = samples.iter().filter(|s| s.0 >= 1.0).collect();
+    // The detector's first second (it connects, joins its group, reads where the group stands) is not judged.
+    let polling = samples.iter().find(|s| s.2 >= 0.0).map_or(0.0, |s| s.0);
+    let overloaded: Vec<_> = samples.iter().filter(|s| s.0 >= polling + 1.0).collect();
     for &&(at, before, lag, _, stored) in &overloaded {
         // Acknowledged before the gauge was read and not stored even after it: records remained.
         if before > stored {
