@@ -217,6 +217,22 @@ fn diff_input_errors_exit_2() {
     assert_eq!(driftline(&["diff", "a", "b", "--fail-on", "sometimes"], b"").code, 2);
 }
 
+#[test]
+fn diff_reads_a_tools_array_a_tools_object_and_a_tools_list_response_alike() {
+    let tools: Value =
+        serde_json::from_str(&std::fs::read_to_string(data("search-v2.json")).expect("read")).expect("json");
+    let expected = driftline(&["diff", &data("search-v1.json"), &data("search-v2.json")], b"");
+    assert!(expected.stdout.contains("Schema drift"), "{}", expected.stdout);
+    for (name, wrapped) in [
+        ("tools-object.json", json!({"tools": tools})),
+        ("tools-response.json", json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}})),
+    ] {
+        let file = temp_file(name, &wrapped.to_string());
+        let run = driftline(&["diff", &data("search-v1.json"), file.to_str().expect("path")], b"");
+        assert_eq!((run.code, &run.stdout), (expected.code, &expected.stdout), "{name}");
+    }
+}
+
 fn span(id: usize, value: Value) -> String {
     json!({"span_id": format!("s{id}"), "server": "weather", "tool": "lookup",
         "started_at": "2026-01-01T00:00:00Z", "duration_ms": 3, "status": "success", "return_value": value})
