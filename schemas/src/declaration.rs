@@ -47,7 +47,6 @@ impl OutputDeclaration {
 
     /// Whether a payload is a declaration (rather than a span): a cheap look before a full parse.
     pub fn looks_like(payload: &[u8]) -> bool {
-        let needle = br#""type":"output_declaration""#;
-        payload.windows(needle.len()).any(|w| w == needle)
+        memchr::memmem::find(payload, br#""type":"output_declaration""#).is_some()
     }
 }
