@@ -204,5 +204,42 @@ fn config() -> Criterion {
         .measurement_time(Duration::from_secs(3))
 }
 
-criterion_group! { name = benches; config = config(); targets = shape_throughput, shape_drift_updates, tool_list_diff }
+/// The security review of hostile descriptions of about 1 MB (a tool list may hold 5 MB): names glued into
+/// longer words, for the shadowing search over 2,000 tool names; URLs without end, and URLs that the
+/// previous text holds only at its end. Each once cost the text's length times the names or the URLs.
+fn hostile_reviews(c: &mut Criterion) {
+    use driftline_detectors::tool_drift::security::{review_text, TextContext, ToolNames};
+    let mut group = c.benchmark_group("security_review");
+    group.sample_size(10);
+    let names: Vec<String> = (0..2000).map(|i| format!("tool{i:04}")).collect();
+    let glued: String = names.iter().map(|n| format!("x{n}x ")).collect::<String>().repeat(80);
+    let tool_names = ToolNames::new(names);
+    group.throughput(Throughput::Bytes(glued.len() as u64));
+    group.bench_function("names_glued_1MB", |b| {
+        b.iter(|| {
+            let context = TextContext { previous: None, own_tool: "tool0000", tool_names: Some(&tool_names) };
+            review_text(black_box(&glued), context).len()
+        })
+    });
+    let previous = format!(
+        "{} {}",
+        "x".repeat(500_000),
+        (0..50_000).map(|i| format!("http://a{i} ")).collect::<String>()
+    );
+    let urls = format!(
+        "{}{}",
+        (0..50_000).map(|i| format!("http://a{i} ")).collect::<String>(),
+        "http://".repeat(50_000)
+    );
+    group.throughput(Throughput::Bytes(urls.len() as u64));
+    group.bench_function("urls_1MB", |b| {
+        b.iter(|| {
+            let context = TextContext { previous: Some(&previous), own_tool: "t", tool_names: None };
+            review_text(black_box(&urls), context).len()
+        })
+    });
+    group.finish();
+}
+
+criterion_group! { name = benches; config = config(); targets = shape_throughput, shape_drift_updates, tool_list_diff, hostile_reviews }
 criterion_main!(benches);

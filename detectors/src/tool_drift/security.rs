@@ -1,8 +1,6 @@
 //! Security review of model-visible text (DESIGN.md §5): descriptions and titles are read by the model,
 //! which makes them a tool-poisoning vector. Each rule family yields `{rule, severity, excerpt}` flags.
 
-use std::collections::BTreeSet;
-
 use driftline_schemas::{SecurityFlag, Severity};
 
 pub const HIDDEN_INSTRUCTION_TAG: &str = "hidden_instruction_tag";
@@ -75,7 +73,9 @@ impl ToolNames {
     }
 
     /// The first name in snapshot order (other than `own`) that `text` mentions as a word: its position
-    /// in `text` and length.
+    /// in `text` and length. One pass over the automaton's matches, each checked where it stands: a
+    /// search per candidate name cost the names times the text (a 4.8 MB description gluing 5,000 names
+    /// into longer words held the detector for 19 s).
     fn first_mentioned(&self, text: &str, own: &str) -> Option<(usize, usize)> {
         let matcher = self.matcher.get_or_init(|| {
             // A contiguous NFA: a diff reviews a few texts, and the DFA the crate would pick for a short list
@@ -85,20 +85,30 @@ impl ToolNames {
                 .build(self.searched.iter().map(|&i| self.names[i].as_str()))
                 .ok()
         });
-        let candidates: BTreeSet<usize> = match matcher {
-            Some(matcher) => {
-                matcher.find_overlapping_iter(text).map(|m| self.searched[m.pattern().as_usize()]).collect()
+        // Building the automaton cannot fail for names this short; if it did, no name is searched for.
+        let matcher = matcher.as_ref()?;
+        // (name index, where): the name earliest in snapshot order found as a word so far, at its first
+        // such place (matches of one name come in text order).
+        let mut first: Option<(usize, usize)> = None;
+        // Names nested in names repeat matches at a place; past a few per byte the text is an attack, and
+        // what was found by then stands (the other rules still read all of it).
+        let budget = MATCHES_PER_BYTE.saturating_mul(text.len()).saturating_add(MATCHES_PER_TEXT);
+        for found in matcher.find_overlapping_iter(text).take(budget) {
+            let index = self.searched[found.pattern().as_usize()];
+            if first.is_some_and(|(best, _)| best <= index) || self.names[index] == own {
+                continue;
             }
-            // Building the automaton cannot fail for names this short; if it did, check every name.
-            None => self.searched.iter().copied().collect(),
-        };
-        candidates
-            .into_iter()
-            .map(|i| self.names[i].as_str())
-            .filter(|name| *name != own)
-            .find_map(|name| find_word(text, name).map(|at| (at, name.len())))
+            if is_word_at(text, found.start(), found.end()) {
+                first = Some((index, found.start()));
+            }
+        }
+        first.map(|(index, at)| (at, self.names[index].len()))
     }
 }
+
+/// How many name matches a text may cost: per byte, and at least.
+const MATCHES_PER_BYTE: usize = 4;
+const MATCHES_PER_TEXT: usize = 4096;
 
 /// Where a text sits, for rules that depend on its surroundings.
 #[derive(Debug, Clone, Copy, Default)]
@@ -141,16 +151,24 @@ pub fn review_text(text: &str, context: TextContext<'_>) -> Vec<SecurityFlag> {
     if let Some((at, len)) = shadowed {
         flags.push(flag(SHADOWING, Severity::Medium, text, at, len));
     }
-    for (at, url) in urls(text) {
-        if !context.previous.is_some_and(|previous| previous.contains(url)) {
-            flags.push(flag(NEW_URL, Severity::Medium, text, at, url.len()));
-        }
+    let mut previous_urls: Vec<&str> = context
+        .previous
+        .map(|previous| urls(previous).into_iter().map(|(_, url, _)| url).collect())
+        .unwrap_or_default();
+    previous_urls.sort_unstable();
+    let new_urls = urls(text).into_iter().filter(|(_, _, url)| !contains_url(&previous_urls, url));
+    // The first few make the point; a text of nothing but URLs must not make an event of a million flags.
+    for (at, _, url) in new_urls.take(MAX_URL_FLAGS) {
+        flags.push(flag(NEW_URL, Severity::Medium, text, at, url.len()));
     }
     if let Some((at, len)) = encoded_blob(text) {
         flags.push(flag(ENCODED_BLOB, Severity::Medium, text, at, len));
     }
     flags
 }
+
+/// New URLs flagged in one text, at most.
+pub const MAX_URL_FLAGS: usize = 8;
 
 pub fn flag(rule: &str, severity: Severity, text: &str, at: usize, len: usize) -> SecurityFlag {
     SecurityFlag { rule: rule.to_owned(), severity, excerpt: excerpt(text, at, len) }
@@ -170,30 +188,50 @@ fn collapse_whitespace(text: &str) -> String {
 
 /// Finds `word` where it is not part of a longer identifier.
 fn find_word(text: &str, word: &str) -> Option<usize> {
-    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
-    text.match_indices(word).map(|(at, _)| at).find(|&at| {
-        let before = text[..at].chars().next_back();
-        let after = text[at + word.len()..].chars().next();
-        let starts_ident = word.chars().next().is_some_and(is_ident);
-        let ends_ident = word.chars().next_back().is_some_and(is_ident);
-        let glued_before = starts_ident && before.is_some_and(is_ident);
-        let glued_after = ends_ident && after.is_some_and(is_ident);
-        !(glued_before || glued_after)
-    })
+    text.match_indices(word).map(|(at, _)| at).find(|&at| is_word_at(text, at, at + word.len()))
 }
 
-fn urls(text: &str) -> Vec<(usize, &str)> {
+/// Whether `text[start..end]` stands as a word: not glued to identifier characters on a side where it
+/// begins or ends with one.
+fn is_word_at(text: &str, start: usize, end: usize) -> bool {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let word = &text[start..end];
+    let glued_before =
+        word.chars().next().is_some_and(is_ident) && text[..start].chars().next_back().is_some_and(is_ident);
+    let glued_after =
+        word.chars().next_back().is_some_and(is_ident) && text[end..].chars().next().is_some_and(is_ident);
+    !(glued_before || glued_after)
+}
+
+/// Every URL of a text, in text order: where it starts, and its text up to the first delimiter (as it
+/// stands, and without trailing punctuation).
+fn urls(text: &str) -> Vec<(usize, &str, &str)> {
     let mut found = Vec::new();
     for scheme in ["https://", "http://"] {
+        // Occurrences come in order and a URL runs to the first delimiter after it: each stretch of the text
+        // is scanned for a delimiter once, however many occurrences it holds ("http://http://…").
+        let mut delimiter: Option<usize> = None;
         for (at, _) in text.match_indices(scheme) {
-            let rest = &text[at..];
-            let end = rest.find(|c: char| c.is_whitespace() || "\"'<>)]}".contains(c)).unwrap_or(rest.len());
-            let url = rest[..end].trim_end_matches(['.', ',', ';', ':']);
-            found.push((at, url));
+            let end = match delimiter {
+                Some(end) if end > at => end,
+                _ => text[at..]
+                    .find(|c: char| c.is_whitespace() || "\"'<>)]}".contains(c))
+                    .map_or(text.len(), |e| at + e),
+            };
+            delimiter = Some(end);
+            let url = &text[at..end];
+            found.push((at, url, url.trim_end_matches(['.', ',', ';', ':'])));
         }
     }
     found.sort_unstable();
     found
+}
+
+/// Whether `previous` holds `url`: a URL in a text always starts where a scheme does, so it is there exactly
+/// when it begins one of the previous text's URLs as they stand (`previous_urls` sorted).
+fn contains_url(previous_urls: &[&str], url: &str) -> bool {
+    let from = previous_urls.partition_point(|candidate| *candidate < url);
+    previous_urls.get(from).is_some_and(|candidate| candidate.starts_with(url))
 }
 
 /// A run of 40 or more base64 characters mixing letters and digits: a payload, not prose.
@@ -218,10 +256,14 @@ fn encoded_blob(text: &str) -> Option<(usize, usize)> {
     None
 }
 
+/// The longest part of a match an excerpt shows.
+const EXCERPT_MATCH_BYTES: usize = 200;
+
 /// About 30 characters either side of the match, with invisible characters made visible.
 fn excerpt(text: &str, at: usize, len: usize) -> String {
     let start = floor_char_boundary(text, at.saturating_sub(30));
-    let end = floor_char_boundary(text, (at + len + 30).min(text.len()));
+    // A match of megabytes (a URL or a blob without a delimiter) is shown by its beginning.
+    let end = floor_char_boundary(text, (at + len.min(EXCERPT_MATCH_BYTES) + 30).min(text.len()));
     let mut out = String::new();
     if start > 0 {
         out.push('…');
@@ -295,6 +337,76 @@ mod tests {
     }
 
     #[test]
+    fn a_url_inside_one_already_there_is_not_new() {
+        assert!(rules("Docs: https://example.com", Some("Docs: https://example.com/docs")).is_empty());
+        assert!(rules("Docs: https://a.example", Some("mirror xhttps://a.example.")).is_empty());
+        assert_eq!(
+            rules("Docs: https://example.com/docs", Some("Docs: https://example.com")),
+            ["new_url:medium"]
+        );
+    }
+
+    #[test]
+    fn new_urls_are_flagged_up_to_a_bound_with_bounded_excerpts() {
+        let many: String = (0..1000).map(|i| format!("https://e{i}.example ")).collect();
+        assert_eq!(rules(&many, None).len(), MAX_URL_FLAGS);
+        // One URL of a megabyte: its flag shows the beginning.
+        let huge = format!("see https://{}", "a".repeat(1 << 20));
+        let flags = review_text(&huge, TextContext::default());
+        assert_eq!(flags.len(), 1);
+        assert!(flags[0].excerpt.len() < 300, "{} bytes", flags[0].excerpt.len());
+        assert!(flags[0].excerpt.starts_with("see https://aaa") && flags[0].excerpt.ends_with('…'));
+    }
+
+    /// What the quadratic scan found: the URL at each scheme, to its first delimiter.
+    fn urls_by_scanning(text: &str) -> Vec<(usize, &str, &str)> {
+        let mut found = Vec::new();
+        for scheme in ["https://", "http://"] {
+            for (at, _) in text.match_indices(scheme) {
+                let rest = &text[at..];
+                let end =
+                    rest.find(|c: char| c.is_whitespace() || "\"'<>)]}".contains(c)).unwrap_or(rest.len());
+                found.push((at, &rest[..end], rest[..end].trim_end_matches(['.', ',', ';', ':'])));
+            }
+        }
+        found.sort_unstable();
+        found
+    }
+
+    proptest::proptest! {
+        /// URLs are found in one pass as the scan of every occurrence found them, and a URL is in the
+        /// previous text exactly when it begins one of that text's URLs.
+        #[test]
+        fn urls_and_their_lookup_agree_with_scanning(
+            parts in proptest::collection::vec("(https?://|http|s:|//|[ab]|[.:]|[ )\"])", 0..24),
+            previous in proptest::collection::vec("(https?://|http|//|[ab]|[.:]|[ )])", 0..24),
+        ) {
+            let (text, previous) = (parts.concat(), previous.concat());
+            proptest::prop_assert_eq!(urls(&text), urls_by_scanning(&text));
+            let mut previous_urls: Vec<&str> = urls(&previous).into_iter().map(|(_, url, _)| url).collect();
+            previous_urls.sort_unstable();
+            for (_, _, url) in urls(&text) {
+                proptest::prop_assert_eq!(contains_url(&previous_urls, url), previous.contains(url), "{}", url);
+            }
+        }
+    }
+
+    #[test]
+    fn a_text_gluing_every_name_into_longer_words_mentions_none_and_one_standing_alone_is_found() {
+        let names: Vec<String> = (0..2000).map(|i| format!("tool{i:04}")).collect();
+        let glued: String = names.iter().map(|n| format!("x{n}x ")).collect::<String>().repeat(20);
+        let tool_names = ToolNames::new(names.clone());
+        assert_eq!(tool_names.first_mentioned(&glued, "tool0000"), None);
+        let text = format!("{glued} then tool1999 and tool0500.");
+        let at = text.find(" tool0500").map(|at| at + 1);
+        assert_eq!(
+            tool_names.first_mentioned(&text, "tool0000"),
+            at.map(|at| (at, 8)),
+            "the earlier name in list order"
+        );
+    }
+
+    #[test]
     fn excerpts_show_invisible_characters() {
         let flags = review_text("ok\u{200B}", TextContext::default());
         assert_eq!(flags[0].excerpt, "ok\\u{200b}");
@@ -304,7 +416,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The one-pass search finds exactly what a scan of every name with `find_word` finds.
+        /// The one-pass search finds exactly what a scan of every name at every place finds.
         #[test]
         fn one_pass_name_search_equals_the_scan(
             names in proptest::collection::vec("[a-c_.-]{0,5}", 0..8),
@@ -313,10 +425,16 @@ mod tests {
         ) {
             let text = words.join(" ");
             let own = names.get(own).cloned().unwrap_or_default();
+            // Every place a name starts, overlapping ones included ("a-a" in "ba-a-a " stands as a word at 3).
             let naive = names
                 .iter()
                 .filter(|name| name.len() >= 3 && **name != own)
-                .find_map(|name| find_word(&text, name).map(|at| (at, name.len())));
+                .find_map(|name| {
+                    (0..text.len())
+                        .filter(|&at| text[at..].starts_with(name.as_str()))
+                        .find(|&at| is_word_at(&text, at, at + name.len()))
+                        .map(|at| (at, name.len()))
+                });
             proptest::prop_assert_eq!(ToolNames::new(names.clone()).first_mentioned(&text, &own), naive);
         }
     }
