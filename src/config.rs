@@ -384,6 +384,9 @@ pub struct LimitsConfig {
     pub max_tools_per_list: usize,
     /// Nesting of JSON values within one tool (400 / dead letter). [8, 128]
     pub max_schema_depth: usize,
+    /// Schema nodes a list's `$ref`s may copy in when normalised, all tools together (413 / dead letter).
+    /// [1000, 100000000]
+    pub max_ref_expansion_nodes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -394,6 +397,7 @@ impl Default for LimitsConfig {
             max_spans_per_batch: 1000,
             max_tools_per_list: tool_lists.max_tools,
             max_schema_depth: tool_lists.max_depth,
+            max_ref_expansion_nodes: tool_lists.max_ref_nodes,
         }
     }
 }
@@ -403,6 +407,7 @@ impl LimitsConfig {
         driftline_schemas::ToolListLimits {
             max_tools: self.max_tools_per_list,
             max_depth: self.max_schema_depth,
+            max_ref_nodes: self.max_ref_expansion_nodes,
         }
     }
 }
@@ -628,6 +633,12 @@ impl Config {
         }
         if !(8..=128).contains(&self.limits.max_schema_depth) {
             bail!("limits.max_schema_depth = {} must be in [8, 128]", self.limits.max_schema_depth);
+        }
+        if !(1_000..=100_000_000).contains(&self.limits.max_ref_expansion_nodes) {
+            bail!(
+                "limits.max_ref_expansion_nodes = {} must be in [1000, 100000000]",
+                self.limits.max_ref_expansion_nodes
+            );
         }
         if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {
             bail!("limits.max_spans_per_batch and limits.max_body_bytes must be at least 1");

@@ -213,6 +213,20 @@ fn diff_input_errors_exit_2() {
             assert!(run.stdout.is_empty());
         }
     }
+    // References fanning out past the server's limit (1,000,000 copied nodes): refused at once.
+    let bomb: Vec<Value> = (0..40)
+        .map(|i| {
+            let defs: serde_json::Map<String, Value> = (0..20)
+                .map(|d| (format!("d{d}"), json!({"properties": {"a": {"$ref": format!("#/$defs/d{}", d + 1)}, "b": {"$ref": format!("#/$defs/d{}", d + 1)}}})))
+                .chain([("d20".to_owned(), json!({"type": "string"}))])
+                .collect();
+            json!({"name": format!("t{i}"), "inputSchema": {"properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs}})
+        })
+        .collect();
+    let bomb = temp_file("bomb.json", &Value::Array(bomb).to_string());
+    let run = driftline(&["diff", &data("search-v1.json"), bomb.to_str().expect("path")], b"");
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("limits.max_ref_expansion_nodes"), "{}", run.stderr);
     assert_eq!(driftline(&["diff", &data("search-v1.json")], b"").code, 2);
     assert_eq!(driftline(&["diff", "a", "b", "--fail-on", "sometimes"], b"").code, 2);
 }

@@ -152,7 +152,15 @@ fn real_tools_are_hashed_as_their_normal_form() {
         for version in
             std::fs::read_dir(&server).expect("a server's lists").map(|e| e.expect("a list").path())
         {
-            for tool in read_json(&version).as_array().into_iter().flatten() {
+            let list = read_json(&version);
+            // Within every default limit, references included (real tools copy in a few hundred nodes at most).
+            let limits = driftline_schemas::ToolListLimits::default();
+            let within = driftline_detectors::tool_drift::check_tool_list(
+                &limits,
+                list.as_array().map_or(&[], Vec::as_slice),
+            );
+            assert_eq!(within, Ok(()), "{}", version.display());
+            for tool in list.as_array().into_iter().flatten() {
                 let Some(object) = tool.as_object() else { continue };
                 let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
                 tools += 1;

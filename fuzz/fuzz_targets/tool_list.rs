@@ -6,7 +6,7 @@
 
 use driftline_detectors::contract::CompiledOutput;
 use driftline_detectors::tool_drift::{
-    canonical_json, declared_outputs, definition_text, diff_tools, normalize_tool, schema_hash,
+    canonical_json, check_tool_list, declared_outputs, definition_text, diff_tools, normalize_tool, schema_hash,
 };
 use driftline_schemas::ToolListLimits;
 use libfuzzer_sys::fuzz_target;
@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     };
     // Lists beyond the limits never reach the detector (ingest and the worker refuse them).
     let limits = ToolListLimits::default();
-    if limits.check(&old).is_err() || limits.check(&new).is_err() {
+    if check_tool_list(&limits, &old).is_err() || check_tool_list(&limits, &new).is_err() {
         return;
     }
     let mut text = String::new();

@@ -224,9 +224,9 @@ async fn tool_list(
     let name = server_name(&name)?;
     let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     let (tools, captured_at, source) = read_tool_list(&bytes, (state.clock)())?;
-    match state.limits.tool_lists.check(&tools) {
+    match driftline_detectors::tool_drift::check_tool_list(&state.limits.tool_lists, &tools) {
         Ok(()) => {}
-        Err(err @ ToolListTooLarge::Tools(..)) => {
+        Err(err @ (ToolListTooLarge::Tools(..) | ToolListTooLarge::RefExpansion(..))) => {
             metrics::TOOL_LISTS.with_label_values(&["rejected"]).inc();
             tracing::info!(project = %who.project, server = %name, reason = %err, "tool list refused");
             return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, err.to_string()));

@@ -243,7 +243,8 @@ pub async fn run(
                 Some(open) => within(settings.timeout, list_all(open)).await?,
                 None => return Err(ProbeError::Connect("no session".into())),
             };
-            settings.limits.check(&tools).map_err(|err| ProbeError::List(err.to_string()))?;
+            driftline_detectors::tool_drift::check_tool_list(&settings.limits, &tools)
+                .map_err(|err| ProbeError::List(err.to_string()))?;
             Ok(tools)
         }
         .await;

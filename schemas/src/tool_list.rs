@@ -89,11 +89,15 @@ pub struct ToolListLimits {
     pub max_tools: usize,
     /// Nesting of JSON values within one tool.
     pub max_depth: usize,
+    /// Schema nodes the list's `$ref`s may copy in when its tools are normalised (all tools together): a
+    /// few kilobytes of references can fan out to millions of nodes. Checked by the detectors' crate
+    /// (`tool_drift::check_tool_list`), which expands references.
+    pub max_ref_nodes: usize,
 }
 
 impl Default for ToolListLimits {
     fn default() -> Self {
-        ToolListLimits { max_tools: 5_000, max_depth: 64 }
+        ToolListLimits { max_tools: 5_000, max_depth: 64, max_ref_nodes: 1_000_000 }
     }
 }
 
@@ -104,6 +108,10 @@ pub enum ToolListTooLarge {
     Tools(usize, usize),
     #[error("tool {0} is nested {1} levels deep; at most {2} are accepted (limits.max_schema_depth)")]
     Depth(usize, usize, usize),
+    #[error(
+        "the tools' $ref expand to more than {1} schema nodes (at least {0}); at most {1} are accepted (limits.max_ref_expansion_nodes)"
+    )]
+    RefExpansion(usize, usize),
 }
 
 /// Nesting depth of a JSON value (a scalar is 0), without recursion: any input is safe.
@@ -166,7 +174,7 @@ mod limit_tests {
 
     #[test]
     fn limits() {
-        let limits = ToolListLimits { max_tools: 2, max_depth: 3 };
+        let limits = ToolListLimits { max_tools: 2, max_depth: 3, max_ref_nodes: 10 };
         let tool = |depth: usize| (0..depth).fold(Value::Null, |inner, _| serde_json::json!({"a": inner}));
         assert_eq!(limits.check(&[tool(1), tool(3)]), Ok(()));
         assert_eq!(limits.check(&[tool(1), tool(1), tool(1)]), Err(ToolListTooLarge::Tools(3, 2)));

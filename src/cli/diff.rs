@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::{Args, ValueEnum};
 use driftline_detectors::tool_drift::{
     consequence, diff_indexed, max_classification, short_hash, IndexedList, ToolIndex,
@@ -102,7 +102,19 @@ fn load_tools(path: &Path) -> anyhow::Result<Vec<Value>> {
         _ => None,
     };
     match tools {
-        Some(Value::Array(tools)) => Ok(tools),
+        Some(Value::Array(tools)) => {
+            // The server's limit on references (a list fanning out to millions of nodes would take minutes).
+            let limit = driftline_schemas::ToolListLimits::default().max_ref_nodes;
+            let copied = driftline_detectors::tool_drift::ref_expansion(&tools, limit);
+            if copied > limit {
+                bail!(
+                    "{}: {}",
+                    path.display(),
+                    driftline_schemas::ToolListTooLarge::RefExpansion(copied, limit)
+                );
+            }
+            Ok(tools)
+        }
         _ => Err(anyhow!(
             "{}: expected a tools array, {{\"tools\": [...]}}, or a tools/list response {{\"result\": {{\"tools\": [...]}}}}",
             path.display()

@@ -33,7 +33,7 @@ impl ListTexts {
         }
         let tools: Vec<Value> =
             serde_json::from_str(text).map_err(|err| format!("not a tool-list snapshot: tools: {err}"))?;
-        limits.check(&tools).map_err(|err| err.to_string())?;
+        driftline_detectors::tool_drift::check_tool_list(&limits, &tools).map_err(|err| err.to_string())?;
         let tools = Arc::new(tools);
         self.last.insert(key, (digest, Arc::clone(&tools)));
         Ok(tools)
@@ -79,7 +79,7 @@ mod tests {
     #[test]
     fn lists_are_checked_before_they_are_remembered() {
         let mut texts = ListTexts::default();
-        let limits = ToolListLimits { max_tools: 1, max_depth: 64 };
+        let limits = ToolListLimits { max_tools: 1, max_depth: 64, ..Default::default() };
         let two = payload(r#"[{"name":"a"},{"name":"b"}]"#);
         for _ in 0..2 {
             let refused = texts.read(&record(&two), limits).expect_err("over the limit");

@@ -28,9 +28,24 @@ pub use digest::{definition_digest, definition_text, DefinitionDigest, Written};
 pub use explain::consequence;
 pub use index::{IndexedList, IndexedTool, ToolIndex};
 pub use normal::{
-    normalize_root_schema, normalize_schema, normalize_tool, normalize_tools, NormalTool, EQUIVALENCES,
+    normalize_root_schema, normalize_schema, normalize_tool, normalize_tools, ref_expansion, NormalTool,
+    EQUIVALENCES,
 };
 pub use security::ToolNames;
+
+/// A tool list within `limits`: its size and nesting ([`ToolListLimits::check`]), and the nodes its
+/// references copy in when its tools are normalised (counted by expanding them, up to just past the limit).
+pub fn check_tool_list(
+    limits: &driftline_schemas::ToolListLimits,
+    tools: &[Value],
+) -> Result<(), driftline_schemas::ToolListTooLarge> {
+    limits.check(tools)?;
+    let copied = ref_expansion(tools, limits.max_ref_nodes);
+    if copied > limits.max_ref_nodes {
+        return Err(driftline_schemas::ToolListTooLarge::RefExpansion(copied, limits.max_ref_nodes));
+    }
+    Ok(())
+}
 
 /// Who accepts under the `auto` baseline policy.
 pub const AUTO_ACCEPTOR: &str = "auto";

@@ -212,6 +212,23 @@ pub fn normalize_root_schema(schema: &Value) -> Value {
     inlined.schema
 }
 
+/// Nodes the normal forms of `tools` copy in by expanding references, counted up to just past `limit`
+/// (the count stops at the first schema that takes it beyond): what a list costs beyond its own size.
+pub fn ref_expansion(tools: &[Value], limit: usize) -> usize {
+    let mut copied = 0usize;
+    for tool in tools.iter().filter_map(Value::as_object) {
+        for key in ["inputSchema", "outputSchema"] {
+            if let Some(schema) = tool.get(key).filter(|schema| mentions_ref(schema)) {
+                copied = copied.saturating_add(inline_local_refs(schema).copied);
+                if copied > limit {
+                    return copied;
+                }
+            }
+        }
+    }
+    copied
+}
+
 /// Whether a `$ref` key appears anywhere (also where it is no keyword: a property named `$ref` only
 /// costs the fast path).
 pub(super) fn mentions_ref(value: &Value) -> bool {

@@ -30,6 +30,8 @@ pub struct Inlined {
     pub schema: Value,
     /// Every local reference was followed, so `$defs` / `definitions` no longer say anything.
     pub complete: bool,
+    /// Nodes the expansion copied in.
+    pub copied: usize,
 }
 
 /// `schema` with every local reference it can follow replaced by what it points to. Definitions
@@ -43,7 +45,7 @@ pub fn inline_local_refs(schema: &Value) -> Inlined {
         depth: 0,
     };
     let schema = inliner.walk(schema);
-    Inlined { schema, complete: inliner.complete }
+    Inlined { schema, complete: inliner.complete, copied: INLINE_BUDGET - inliner.budget }
 }
 
 struct Inliner<'a> {

@@ -1365,3 +1365,44 @@ fn simple_tools_are_written_directly() {
         Written::FromNormalForm,
     );
 }
+
+/// A schema whose definitions each reference the next twice: `2^depth` leaves once expanded.
+fn ref_bomb(depth: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..depth {
+        let next = format!("#/$defs/d{}", i + 1);
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
+        );
+    }
+    defs.insert(format!("d{depth}"), json!({"type": "string"}));
+    json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs})
+}
+
+#[test]
+fn a_list_whose_references_fan_out_is_refused_and_one_that_reuses_a_definition_is_not() {
+    use driftline_schemas::{ToolListLimits, ToolListTooLarge};
+    let limits = ToolListLimits { max_ref_nodes: 1_000, ..Default::default() };
+    let tool = |name: &str, schema: Value| json!({"name": name, "inputSchema": schema});
+    // A definition referenced by three properties: each copy counts.
+    let shared = json!({"type": "object", "properties": {
+        "a": {"$ref": "#/$defs/p"}, "b": {"$ref": "#/$defs/p"}, "c": {"$ref": "#/$defs/p"}},
+        "$defs": {"p": {"type": "object", "properties": {"x": {"type": "string"}}}}});
+    let copied = ref_expansion(&[tool("s", shared.clone())], usize::MAX);
+    assert_eq!(copied, 3 * 5, "three copies of a 5-node definition");
+    assert_eq!(
+        check_tool_list(&limits, &[tool("s", shared.clone()), tool("t", json!({"type": "object"}))]),
+        Ok(())
+    );
+    // Doubling at each of 12 definitions: far more than 1,000 nodes.
+    let refused = check_tool_list(&limits, &[tool("s", shared), tool("bomb", ref_bomb(12))]);
+    assert!(
+        matches!(refused, Err(ToolListTooLarge::RefExpansion(copied, 1_000)) if copied > 1_000),
+        "{refused:?}"
+    );
+    // Many tools under the limit each, over it together.
+    let many: Vec<Value> = (0..100).map(|i| tool(&format!("t{i}"), ref_bomb(4))).collect();
+    assert!(matches!(check_tool_list(&limits, &many), Err(ToolListTooLarge::RefExpansion(..))));
+    assert_eq!(check_tool_list(&ToolListLimits::default(), &many), Ok(()));
+}
