@@ -1,5 +1,7 @@
 //! The offline CLI as a user runs it: outputs and exit codes (0 ok, 1 drift at --fail-on, 2 usage/input).
 
+mod support;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -214,15 +216,8 @@ fn diff_input_errors_exit_2() {
         }
     }
     // References fanning out past the server's limit (1,000,000 copied nodes): refused at once.
-    let bomb: Vec<Value> = (0..40)
-        .map(|i| {
-            let defs: serde_json::Map<String, Value> = (0..20)
-                .map(|d| (format!("d{d}"), json!({"properties": {"a": {"$ref": format!("#/$defs/d{}", d + 1)}, "b": {"$ref": format!("#/$defs/d{}", d + 1)}}})))
-                .chain([("d20".to_owned(), json!({"type": "string"}))])
-                .collect();
-            json!({"name": format!("t{i}"), "inputSchema": {"properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs}})
-        })
-        .collect();
+    let bomb: Vec<Value> =
+        (0..40).map(|i| json!({"name": format!("t{i}"), "inputSchema": support::ref_bomb(20)})).collect();
     let bomb = temp_file("bomb.json", &Value::Array(bomb).to_string());
     let run = driftline(&["diff", &data("search-v1.json"), bomb.to_str().expect("path")], b"");
     assert_eq!(run.code, 2, "{}", run.stderr);

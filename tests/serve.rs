@@ -955,8 +955,8 @@ fn tool_lists_beyond_the_limits_are_refused_with_the_reason() {
     assert_eq!(status, 400, "{body}");
     assert!(body["error"].as_str().is_some_and(|e| e.contains("limits.max_schema_depth")), "{body}");
     // A kilobyte of references doubling at each of 20 definitions: far beyond 10,000 nodes once expanded.
-    let (status, body) =
-        client.put_json("/api/servers/big/tools", &json!([{"name": "bomb", "inputSchema": ref_bomb(20)}]));
+    let (status, body) = client
+        .put_json("/api/servers/big/tools", &json!([{"name": "bomb", "inputSchema": support::ref_bomb(20)}]));
     assert_eq!(status, 413, "{body}");
     assert!(body["error"].as_str().is_some_and(|e| e.contains("limits.max_ref_expansion_nodes")), "{body}");
     let fine: Vec<Value> = (0..100).map(|i| json!({"name": format!("t{i}")})).collect();
@@ -972,20 +972,6 @@ fn tool_lists_beyond_the_limits_are_refused_with_the_reason() {
     };
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("limits.max_schema_depth"), "{stderr}");
-}
-
-/// A schema whose definitions each reference the next twice: `2^depth` leaves once its references are expanded.
-fn ref_bomb(depth: usize) -> Value {
-    let mut defs = serde_json::Map::new();
-    for i in 0..depth {
-        let next = format!("#/$defs/d{}", i + 1);
-        defs.insert(
-            format!("d{i}"),
-            json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
-        );
-    }
-    defs.insert(format!("d{depth}"), json!({"type": "string"}));
-    json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs})
 }
 
 /// Hostile requests cannot grow /metrics: made-up methods and unknown paths share one series each.

@@ -1,10 +1,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
 use driftline_detectors::tool_drift::{
-    consequence, diff_indexed, max_classification, short_hash, IndexedList, ToolIndex,
+    check_tool_list, consequence, diff_indexed, max_classification, short_hash, IndexedList, ToolIndex,
 };
 use driftline_schemas::{Classification, SchemaChange, Severity};
 use serde::Serialize;
@@ -103,16 +103,14 @@ fn load_tools(path: &Path) -> anyhow::Result<Vec<Value>> {
     };
     match tools {
         Some(Value::Array(tools)) => {
-            // The server's limit on references (a list fanning out to millions of nodes would take minutes).
-            let limit = driftline_schemas::ToolListLimits::default().max_ref_nodes;
-            let copied = driftline_detectors::tool_drift::ref_expansion(&tools, limit);
-            if copied > limit {
-                bail!(
-                    "{}: {}",
-                    path.display(),
-                    driftline_schemas::ToolListTooLarge::RefExpansion(copied, limit)
-                );
-            }
+            // Files may hold lists of any length, but not references fanning out to millions of nodes
+            // (minutes of work): the server's default for those.
+            let limits = driftline_schemas::ToolListLimits {
+                max_tools: usize::MAX,
+                max_depth: usize::MAX,
+                ..Default::default()
+            };
+            check_tool_list(&limits, &tools).with_context(|| path.display().to_string())?;
             Ok(tools)
         }
         _ => Err(anyhow!(

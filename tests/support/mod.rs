@@ -1062,3 +1062,17 @@ pub fn check_declared_output_mismatch<D: Deployment>(deployment: &mut D) {
     let (_, stdout, _) = run_cli(&["health", "--url", &client.base]);
     assert!(stdout.contains("returns mismatch the declared output: now"), "{stdout}");
 }
+
+/// A schema whose definitions each reference the next twice: `2^depth` leaves once its references are expanded.
+pub fn ref_bomb(depth: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..depth {
+        let next = format!("#/$defs/d{}", i + 1);
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
+        );
+    }
+    defs.insert(format!("d{depth}"), json!({"type": "string"}));
+    json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs})
+}
