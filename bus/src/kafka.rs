@@ -529,6 +529,9 @@ impl Consumer for KafkaGroupConsumer {
                 .collect());
         }
         let mut highs: BTreeMap<u32, i64> = slot.marks.iter().copied().collect();
+        // Taken just now, before a fetch or a refresh said where a partition ends: what the group had left
+        // there when this member was still joining.
+        let joining: BTreeMap<u32, u64> = slot.unowned.iter().copied().collect();
         drop(slot);
         for stream in &self.acknowledged {
             let Some((topic, partition)) = kafka_partition(&self.settings, *stream) else { continue };
@@ -542,13 +545,18 @@ impl Consumer for KafkaGroupConsumer {
             let entry = highs.entry(record.position.partition).or_insert(0);
             *entry = (*entry).max(record.position.offset as i64 + 1);
         }
+        let unknown = self.acknowledged.iter().filter(|stream| !highs.contains_key(stream));
+        let unknown: Vec<(u32, u64)> =
+            unknown.filter_map(|stream| Some((*stream, *joining.get(stream)?))).collect();
         Ok(highs
             .iter()
             .filter(|(stream, _)| self.acknowledged.contains(stream))
-            .filter_map(|(stream, high)| {
+            .map(|(stream, high)| {
                 let next = positions.get(stream).map_or(0, |&last| last as i64 + 1);
-                Some((lag_label(&self.settings, *stream)?, (high - next).max(0) as u64))
+                (*stream, (high - next).max(0) as u64)
             })
+            .chain(unknown)
+            .filter_map(|(stream, lag)| Some((lag_label(&self.settings, stream)?, lag)))
             .collect())
     }
 
@@ -587,6 +595,11 @@ impl Consumer for KafkaGroupConsumer {
         }
         let change = std::mem::take(&mut events.pending);
         self.acknowledged = events.assigned.clone();
+        drop(events);
+        // Where the partitions taken now end is asked at the next lag reading, not up to a second later.
+        if let Ok(mut slot) = self.lag.lock() {
+            slot.refreshed = None;
+        }
         Some(change)
     }
 

@@ -364,6 +364,9 @@ impl<C: Consumer> Worker<C> {
         if let Some(oldest) = records.iter().map(|r| r.appended_at).min() {
             metrics::OLDEST_UNPROCESSED.set(age_seconds(oldest));
         }
+        // The gauge last read the bus while idle: a long first batch would leave it at 0 with these records
+        // waiting. Only a gauge: a bus that cannot answer now does not fail the batch.
+        let _ = self.report_lag().await;
         let mut batch = Batch::default();
         let mut dirty = Dirty::default();
         let mut dead = Vec::new();
