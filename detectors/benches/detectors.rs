@@ -10,7 +10,7 @@ use driftline_detectors::shape::{fingerprint_str, LARGEST_MAX_BYTES};
 use driftline_detectors::shape_drift::{Observation, ToolShapeState};
 use driftline_detectors::tool_drift::{
     diff_indexed, diff_tools, max_classification, BaselinePolicy, IndexedList, RecordContext, ServerState,
-    ToolIndex,
+    ToolIndex, ToolsText,
 };
 use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome};
 use serde_json::{json, Value};
@@ -101,7 +101,7 @@ fn tool_list_of(count: usize, variant: bool) -> Vec<Value> {
 
 /// Everything a peer does per pair once the lists are parsed: index (normalise and hash) both, the second
 /// taking the digests of tools declared as in the first, diff, and the report's JSON.
-fn hash_and_diff(old: &[Value], new: &[Value]) -> (usize, usize) {
+fn hash_and_diff(old: &ToolsText, new: &ToolsText) -> (usize, usize) {
     let old_index = ToolIndex::new(old);
     let old_list = IndexedList { tools: old, index: &old_index };
     let new_index = ToolIndex::reusing(new, &[old_list]);
@@ -129,7 +129,8 @@ fn tool_list_diff(c: &mut Criterion) {
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench").to_owned());
     let read = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).ok();
     if let (Some(old_text), Some(new_text)) = (read("tools50_old.json"), read("tools50_new.json")) {
-        let parse = |text: &str| -> Vec<Value> { serde_json::from_str(text).expect("a tool list") };
+        // The detector holds lists as text, one JSON text per tool (parsed where a tool's text is new).
+        let parse = |text: &str| -> ToolsText { ToolsText::parse(text).expect("a tool list") };
         let pair = |old_text: &str, new_text: &str| hash_and_diff(&parse(old_text), &parse(new_text));
         let (changes, _) = pair(&old_text, &new_text);
         eprintln!("tools50 pair: {changes} changes found");
@@ -144,6 +145,7 @@ fn tool_list_diff(c: &mut Criterion) {
         // References measured in the same run: parsing the two texts into values (serde_json), and only
         // validating them (serde_json to `IgnoredAny`, the least any reader of the text does).
         group.bench_function("serde_json_parse_tools50_pair", |b| {
+            let parse = |text: &str| -> Vec<Value> { serde_json::from_str(text).expect("a tool list") };
             b.iter(|| (parse(black_box(&old_text)).len(), parse(black_box(&new_text)).len()))
         });
         group.bench_function("serde_json_ignored_any_tools50_pair", |b| {
@@ -176,7 +178,7 @@ fn tool_list_diff(c: &mut Criterion) {
         // baseline (equal as sent: no index, no hash).
         group.bench_function("observe_unchanged_tools50", |b| {
             b.iter(|| {
-                let tools: Vec<Value> = serde_json::from_str(black_box(&old_text)).expect("a tool list");
+                let tools = ToolsText::parse(black_box(&old_text)).expect("a tool list");
                 state.observe_tools(Arc::new(tools), context, BaselinePolicy::Manual).tool_count
             })
         });
@@ -189,7 +191,10 @@ fn tool_list_diff(c: &mut Criterion) {
         eprintln!("{dir}/tools50_*.json not found: tool_drift/hash_and_diff_tools50 skipped");
     }
     for count in [1_000, 10_000] {
-        let (old, new) = (tool_list_of(count, false), tool_list_of(count, true));
+        let (old, new) = (
+            ToolsText::from_values(&tool_list_of(count, false)),
+            ToolsText::from_values(&tool_list_of(count, true)),
+        );
         group.bench_function(BenchmarkId::new("hash_and_diff_tools", count), |b| {
             b.iter(|| hash_and_diff(black_box(&old), black_box(&new)))
         });

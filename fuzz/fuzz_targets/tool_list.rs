@@ -8,7 +8,7 @@ use driftline_detectors::contract::CompiledOutput;
 use driftline_detectors::tool_drift::{
     canonical_json, check_tool_list, declared_outputs, definition_text, diff_tools, normalize_tool, schema_hash,
 };
-use driftline_schemas::ToolListLimits;
+use driftline_schemas::{ToolListLimits, ToolsText};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -41,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
     // Declarations come from servers: a hostile one must not crash or stall the contract check.
     const SHAPES: [&str; 6] =
         ["{}", "null", "[number]", "{a:string,b:[{c:bool}]}", "{content:[{text:string}],structuredContent:{x:number}}", "<typed:t>"];
-    for output in declared_outputs(&new).values() {
+    for output in declared_outputs(&ToolsText::from_values(&new)).values() {
         let compiled = CompiledOutput::new(&output.schema);
         for shape in SHAPES {
             assert_eq!(compiled.check(shape), compiled.check(shape), "the check is deterministic");

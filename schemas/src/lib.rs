@@ -16,6 +16,7 @@ mod thresholds;
 mod time;
 mod tool_drift;
 mod tool_list;
+mod tools_text;
 
 pub use commands::{DeadLetter, OperatorCommand};
 pub use declaration::{OutputDeclaration, OUTPUT_DECLARATION};
@@ -34,6 +35,7 @@ pub use tool_list::{
     json_depth, McpTool, ProbeFailure, SnapshotSource, ToolListLimits, ToolListRecord, ToolListSnapshot,
     ToolListTooLarge,
 };
+pub use tools_text::{name_of, DeclaredTool, ToolsText};
 
 /// Version written into every message this build produces, and the only one it reads.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -4,10 +4,11 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
 use driftline_detectors::tool_drift::{
-    check_tool_list, consequence, diff_indexed, max_classification, short_hash, IndexedList, ToolIndex,
+    check_tools_text, consequence, diff_indexed, max_classification, short_hash, IndexedList, ToolIndex,
 };
-use driftline_schemas::{Classification, SchemaChange, Severity};
-use serde::Serialize;
+use driftline_schemas::{Classification, SchemaChange, Severity, ToolsText};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::{read_input, Format, EXIT_DRIFT, EXIT_OK};
@@ -51,10 +52,7 @@ struct DiffOutput<'a> {
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
-    // Never freed: the process ends with this command, and freeing the trees of 10,000 tools per list took
-    // a fifth of the run.
-    let old = std::mem::ManuallyDrop::new(load_tools(&args.old)?);
-    let new = std::mem::ManuallyDrop::new(load_tools(&args.new)?);
+    let (old, new) = (load_tools(&args.old)?, load_tools(&args.new)?);
     // Each list indexed once: the hashes and the diff read the same indexes, and the new list takes the
     // digests of tools declared as in the old one.
     let old_index = ToolIndex::new(&old);
@@ -88,36 +86,44 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(if failed { EXIT_DRIFT } else { EXIT_OK }))
 }
 
-/// Accepts a tools array, `{"tools": [...]}`, or `{"result": {"tools": [...]}}`.
-fn load_tools(path: &Path) -> anyhow::Result<Vec<Value>> {
+/// Accepts a tools array, `{"tools": [...]}`, or `{"result": {"tools": [...]}}`; the tools are kept as text.
+fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
+    #[derive(Deserialize)]
+    struct Wrapped<'a> {
+        #[serde(borrow)]
+        tools: Option<&'a RawValue>,
+        #[serde(borrow)]
+        result: Option<&'a RawValue>,
+    }
     let bytes = read_input(Some(path))?;
-    let mut value: Value =
-        serde_json::from_slice(&bytes).with_context(|| format!("{} is not valid JSON", path.display()))?;
-    let tools = match value {
-        Value::Array(_) => Some(value),
-        Value::Object(ref mut object) => match object.remove("tools") {
-            Some(tools) => Some(tools),
-            None => value.pointer_mut("/result/tools").map(Value::take),
-        },
+    let not_json = || format!("{} is not valid JSON", path.display());
+    let text = std::str::from_utf8(&bytes).with_context(not_json)?;
+    let whole: &RawValue = serde_json::from_str(text).with_context(not_json)?;
+    fn wrapped(text: &str) -> Option<Wrapped<'_>> {
+        serde_json::from_str(text).ok()
+    }
+    let tools = match whole.get().as_bytes().first() {
+        Some(b'[') => Some(whole),
+        Some(b'{') => wrapped(whole.get()).and_then(|outer| {
+            outer.tools.or_else(|| outer.result.and_then(|result| wrapped(result.get())?.tools))
+        }),
         _ => None,
     };
-    match tools {
-        Some(Value::Array(tools)) => {
-            // Files may hold lists of any length, but not references fanning out to millions of nodes
-            // (minutes of work): the server's default for those.
-            let limits = driftline_schemas::ToolListLimits {
-                max_tools: usize::MAX,
-                max_depth: usize::MAX,
-                ..Default::default()
-            };
-            check_tool_list(&limits, &tools).with_context(|| path.display().to_string())?;
-            Ok(tools)
-        }
-        _ => Err(anyhow!(
+    let Some(tools) = tools.and_then(|tools| ToolsText::parse(tools.get()).ok()) else {
+        return Err(anyhow!(
             "{}: expected a tools array, {{\"tools\": [...]}}, or a tools/list response {{\"result\": {{\"tools\": [...]}}}}",
             path.display()
-        )),
-    }
+        ));
+    };
+    // Files may hold lists of any length, but not references fanning out to millions of nodes (minutes
+    // of work): the server's default for those.
+    let limits = driftline_schemas::ToolListLimits {
+        max_tools: usize::MAX,
+        max_depth: usize::MAX,
+        ..Default::default()
+    };
+    check_tools_text(&limits, &tools).with_context(|| path.display().to_string())?;
+    Ok(tools)
 }
 
 /// The drift report people read; `impact` holds lines to print under the changes of each tool.

@@ -694,16 +694,14 @@ impl DetectorStore for ClickHouseStore {
         let mut snapshots = Vec::new();
         let mut schemas = Vec::new();
         for (project, server, captured_at, hash, tools) in &batch.tool_lists {
-            for tool in tools.iter() {
-                let Some(tool_name) = tool.get("name").and_then(Value::as_str) else { continue };
-                let input =
-                    tool.get("inputSchema").cloned().unwrap_or_else(|| Value::Object(Default::default()));
+            for tool in tools.declared() {
+                let input = tool.input_schema.unwrap_or_else(|| Value::Object(Default::default()));
                 schemas.push(ToolSchemaRow {
                     project: project.clone(),
                     server_name: server.clone(),
                     schema_hash: hash.clone(),
-                    tool_name: tool_name.to_owned(),
-                    description: tool.get("description").and_then(Value::as_str).map(str::to_owned),
+                    tool_name: tool.name,
+                    description: tool.description,
                     input_schema: text(&input)?,
                     captured_at: ms(*captured_at),
                 });

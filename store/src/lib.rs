@@ -84,7 +84,7 @@ pub struct EventUpdate {
 }
 
 /// A tool list shared by the detector's state, its events and the stored snapshot.
-pub type SharedTools = std::sync::Arc<Vec<Value>>;
+pub type SharedTools = std::sync::Arc<driftline_schemas::ToolsText>;
 
 /// Everything one run of the worker produced. Written in one transaction.
 #[derive(Debug, Default)]

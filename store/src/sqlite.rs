@@ -204,9 +204,8 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         transaction
             .prepare_cached("DELETE FROM tool_schemas WHERE project = ?1 AND server_name = ?2")?
             .execute(params![project, server])?;
-        for tool in tools.iter() {
-            let Some(tool_name) = tool.get("name").and_then(Value::as_str) else { continue };
-            let input = tool.get("inputSchema").cloned().unwrap_or_else(|| Value::Object(Default::default()));
+        for tool in tools.declared() {
+            let input = tool.input_schema.unwrap_or_else(|| Value::Object(Default::default()));
             transaction.prepare_cached(
                 "INSERT OR REPLACE INTO tool_schemas (project, server_name, tool_name, description, input_schema,
                      captured_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -214,8 +213,8 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
                 params![
                     project,
                     server,
-                    tool_name,
-                    tool.get("description").and_then(Value::as_str),
+                    tool.name,
+                    tool.description,
                     text(&input)?,
                     ms(*captured_at)
                 ],

@@ -25,7 +25,7 @@ use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
     derive_id, DeadLetter, DetectorThresholds, Notification, NotificationKind, OperatorCommand,
     OutputDeclaration, OutputKind, ProbeFailure, ProjectName, ServerKey, ServerName, ServerStatus, Timestamp,
-    ToolCallRecord, ToolCallSpan, ToolKey, ToolListRecord, ToolName, OUTPUT_DECLARATION,
+    ToolCallRecord, ToolCallSpan, ToolKey, ToolListRecord, ToolName, ToolsText, OUTPUT_DECLARATION,
 };
 use driftline_store::rollup::RollupCache;
 use driftline_store::{
@@ -747,7 +747,7 @@ impl<C: Consumer> Worker<C> {
     fn tool_list(
         &mut self,
         snapshot: &ToolListRecord<'_>,
-        tools: Arc<Vec<serde_json::Value>>,
+        tools: Arc<ToolsText>,
         record: &Delivered,
         batch: &mut Batch,
         dirty: &mut Dirty,
@@ -1012,7 +1012,7 @@ enum SpanRecord {
 /// the baseline did change: most records leave it as it was).
 struct DeclaredBefore {
     hash: Option<String>,
-    tools: Option<Arc<Vec<serde_json::Value>>>,
+    tools: Option<Arc<ToolsText>>,
 }
 
 impl DeclaredBefore {
@@ -1035,7 +1035,7 @@ impl DeclaredBefore {
         if self.hash.as_deref() == Some(baseline.hash.as_str()) {
             return Vec::new();
         }
-        let before = self.tools.as_deref().map(|tools| declared_outputs(tools)).unwrap_or_default();
+        let before = self.tools.as_deref().map(declared_outputs).unwrap_or_default();
         changed_declarations(&before, &declared_outputs(&baseline.tools))
     }
 }

@@ -199,7 +199,7 @@ fn definition_digest_of(tool: &NormalTool) -> DefinitionDigest {
 
 /// `schema_hash` of a declared tool list.
 pub fn schema_hash(tools: &[Value]) -> String {
-    ToolIndex::new(tools).hash()
+    ToolIndex::new(&driftline_schemas::ToolsText::from_values(tools)).hash()
 }
 
 #[cfg(test)]

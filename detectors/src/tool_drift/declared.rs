@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use driftline_schemas::ToolsText;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -25,9 +26,9 @@ impl DeclaredOutput {
 /// Every tool's declared output schema in a raw tool list, by name. Entries that are not tools (no string
 /// `name`) are skipped and of two tools with one name the later wins, as the normal form reads a list; a
 /// `null` or non-schema `outputSchema` declares nothing.
-pub fn declared_outputs(tools: &[Value]) -> BTreeMap<String, DeclaredOutput> {
+pub fn declared_outputs(tools: &ToolsText) -> BTreeMap<String, DeclaredOutput> {
     let mut declared = BTreeMap::new();
-    for tool in tools {
+    for tool in tools.entries().iter().filter_map(|entry| serde_json::from_str::<Value>(entry.get()).ok()) {
         let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
         match tool.get("outputSchema") {
             Some(schema @ (Value::Object(_) | Value::Bool(_))) => {
@@ -74,20 +75,20 @@ mod tests {
 
     #[test]
     fn reads_declarations_and_their_changes() {
-        let old = declared_outputs(&[
+        let old = declared_outputs(&ToolsText::from_values(&[
             json!({"name": "a", "outputSchema": {"type": "object"}}),
             json!({"name": "b", "outputSchema": {"type": "object", "properties": {"x": {"type": "number"}}}}),
             json!({"name": "c", "outputSchema": {"type": "object"}}),
             json!({"name": "d"}),
             json!({"title": "not a tool", "outputSchema": {}}),
-        ]);
+        ]));
         assert_eq!(old.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
-        let new = declared_outputs(&[
+        let new = declared_outputs(&ToolsText::from_values(&[
             json!({"name": "a", "outputSchema": {"type": "object"}}),
             json!({"name": "b", "outputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}),
             json!({"name": "d", "outputSchema": true}),
             json!({"name": "e", "outputSchema": null}),
-        ]);
+        ]));
         assert_eq!(names(&changed_declarations(&old, &new)), ["b:declared", "c:withdrawn", "d:declared"]);
         assert!(changed_declarations(&new, &new).is_empty());
         // Key order does not change the hash.
@@ -98,10 +99,10 @@ mod tests {
 
     #[test]
     fn a_later_tool_of_the_same_name_wins() {
-        let declared = declared_outputs(&[
+        let declared = declared_outputs(&ToolsText::from_values(&[
             json!({"name": "a", "outputSchema": {"type": "object"}}),
             json!({"name": "a"}),
-        ]);
+        ]));
         assert!(declared.is_empty());
     }
 }

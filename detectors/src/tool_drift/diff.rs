@@ -16,12 +16,17 @@ use super::digest::DefinitionDigest;
 use super::index::{side_by_side, IndexedList, IndexedTool, ToolIndex};
 use super::normal::{NormalTool, ANNOTATION_DEFAULTS};
 use super::security::{self, review_text, TextContext, ToolNames, FREE_TEXT_PARAMETERS};
+use driftline_schemas::ToolsText;
 
 /// Diffs two declared tool lists: what changed from `old` (the accepted baseline) to `new`.
 pub fn diff_tools(old: &[Value], new: &[Value]) -> Vec<SchemaChange> {
-    let old_index = ToolIndex::new(old);
-    let new_index = ToolIndex::reusing(new, &[IndexedList { tools: old, index: &old_index }]);
-    diff_indexed(IndexedList { tools: old, index: &old_index }, IndexedList { tools: new, index: &new_index })
+    let (old, new) = (ToolsText::from_values(old), ToolsText::from_values(new));
+    let old_index = ToolIndex::new(&old);
+    let new_index = ToolIndex::reusing(&new, &[IndexedList { tools: &old, index: &old_index }]);
+    diff_indexed(
+        IndexedList { tools: &old, index: &old_index },
+        IndexedList { tools: &new, index: &new_index },
+    )
 }
 
 /// Diffs two indexed lists. Tools whose definition digests agree are unchanged; normal forms are built

@@ -6,7 +6,7 @@
 //! costs a comparison per unchanged tool and a digest per changed one; the diff builds normal forms only
 //! for the tools whose digests differ.
 
-use serde_json::{Map, Value};
+use driftline_schemas::ToolsText;
 use sha2::{Digest, Sha256};
 
 use super::canonical::write_string;
@@ -35,14 +35,14 @@ pub struct ToolIndex {
 /// A declared list with its index: what the diff reads.
 #[derive(Debug, Clone, Copy)]
 pub struct IndexedList<'a> {
-    pub tools: &'a [Value],
+    pub tools: &'a ToolsText,
     pub index: &'a ToolIndex,
 }
 
 impl IndexedList<'_> {
-    /// The normal form of one of the list's tools, built for the diff.
+    /// The normal form of one of the list's tools, built for the diff (its entry parsed again).
     pub fn normal(&self, tool: &IndexedTool) -> NormalTool {
-        match self.tools.get(tool.at).and_then(tool_of) {
+        match self.tools.value(tool.at).as_ref().and_then(tool_of) {
             Some((name, object)) => normalize_tool(name, object),
             None => NormalTool { name: tool.name.to_string(), definition: serde_json::Map::new() },
         }
@@ -51,23 +51,22 @@ impl IndexedList<'_> {
 
 impl ToolIndex {
     /// Indexes a declared list: entries that are not objects with a string `name` are not tools.
-    pub fn new(tools: &[Value]) -> Self {
+    pub fn new(tools: &ToolsText) -> Self {
         Self::reusing(tools, &[])
     }
 
-    /// [`ToolIndex::new`], taking the digest of every tool declared exactly as in one of `known`.
-    pub fn reusing(tools: &[Value], known: &[IndexedList<'_>]) -> Self {
-        let mut named: Vec<(&str, usize, &Map<String, Value>)> = tools
-            .iter()
-            .enumerate()
-            .filter_map(|(at, tool)| tool_of(tool).map(|(name, object)| (name, at, object)))
-            .collect();
+    /// [`ToolIndex::new`], taking the digest of every tool whose text is a tool's of the same name in one
+    /// of `known`: only tools with new text are parsed and digested.
+    pub fn reusing(tools: &ToolsText, known: &[IndexedList<'_>]) -> Self {
+        let entries = tools.entries();
+        let mut named: Vec<(String, usize)> =
+            tools.names().enumerate().filter_map(|(at, name)| name.map(|name| (name, at))).collect();
         // Stable: of two tools with one name, the later is kept (as with duplicate JSON keys).
-        named.sort_by(|a, b| a.0.cmp(b.0));
+        named.sort_by(|a, b| a.0.cmp(&b.0));
         named.dedup_by(|later, kept| {
             let same = later.0 == kept.0;
             if same {
-                *kept = *later;
+                kept.1 = later.1;
             }
             same
         });
@@ -76,17 +75,26 @@ impl ToolIndex {
         let mut cursors = vec![0usize; known.len()];
         let indexed: Vec<IndexedTool> = named
             .into_iter()
-            .map(|(name, at, object)| {
-                let declared = &tools[at];
+            .map(|(name, at)| {
+                let declared = entries[at].get();
                 let reused = known.iter().zip(&mut cursors).find_map(|(list, cursor)| {
                     let seen = list.index.tools();
                     while seen.get(*cursor).is_some_and(|tool| *tool.name < *name) {
                         *cursor += 1;
                     }
                     let seen = seen.get(*cursor).filter(|tool| *tool.name == *name)?;
-                    (list.tools.get(seen.at) == Some(declared)).then_some(seen.definition)
+                    let text = list.tools.entries().get(seen.at)?.get();
+                    (text == declared).then_some(seen.definition)
                 });
-                let definition = reused.unwrap_or_else(|| definition_digest(name, object, &mut scratch));
+                let definition = reused.unwrap_or_else(|| {
+                    let value = tools.value(at);
+                    match value.as_ref().and_then(tool_of) {
+                        Some((name, object)) => definition_digest(name, object, &mut scratch),
+                        // Its name was read, so it parses: only a tool nested past serde_json's recursion
+                        // limit (refused by the limits before any list is kept) lands here.
+                        None => definition_digest(&name, &serde_json::Map::new(), &mut scratch),
+                    }
+                });
                 IndexedTool { name: name.into(), at, definition }
             })
             .collect();

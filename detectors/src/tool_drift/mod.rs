@@ -11,6 +11,7 @@ mod normal;
 pub(crate) mod refs;
 pub mod security;
 
+pub use driftline_schemas::ToolsText;
 use driftline_schemas::{
     derive_id, Classification, EventStatus, InputPosition, OutputKind, SchemaChange, SchemaDriftEvent,
     SecurityFlag, ServerStatus, Severity, Timestamp, ToolListSnapshot,
@@ -47,6 +48,42 @@ pub fn check_tool_list(
     Ok(())
 }
 
+/// Why a list held as text is refused ([`check_tools_text`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RefusedTools {
+    #[error("not a tool-list snapshot: tools[{0}]: {1}")]
+    Unreadable(usize, serde_json::Error),
+    #[error(transparent)]
+    TooLarge(#[from] driftline_schemas::ToolListTooLarge),
+}
+
+/// [`check_tool_list`] for a list held as text: its entries parsed one at a time (a list of 5 MB never
+/// exists as values whole), each readable as a value.
+pub fn check_tools_text(
+    limits: &driftline_schemas::ToolListLimits,
+    tools: &ToolsText,
+) -> Result<(), RefusedTools> {
+    use driftline_schemas::ToolListTooLarge;
+    if tools.len() > limits.max_tools {
+        return Err(ToolListTooLarge::Tools(tools.len(), limits.max_tools).into());
+    }
+    let mut copied = 0usize;
+    for (index, entry) in tools.entries().iter().enumerate() {
+        let tool: Value =
+            serde_json::from_str(entry.get()).map_err(|err| RefusedTools::Unreadable(index, err))?;
+        let depth = driftline_schemas::json_depth(&tool);
+        if depth > limits.max_depth {
+            return Err(ToolListTooLarge::Depth(index, depth, limits.max_depth).into());
+        }
+        let room = limits.max_ref_nodes - copied;
+        copied = copied.saturating_add(ref_expansion(std::slice::from_ref(&tool), room));
+        if copied > limits.max_ref_nodes {
+            return Err(ToolListTooLarge::RefExpansion(copied, limits.max_ref_nodes).into());
+        }
+    }
+    Ok(())
+}
+
 /// Who accepts under the `auto` baseline policy.
 pub const AUTO_ACCEPTOR: &str = "auto";
 
@@ -69,19 +106,20 @@ pub struct Observed {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HashedTools {
     pub hash: String,
-    pub tools: Arc<Vec<Value>>,
+    /// The list as text: kept for as long as the server's state, so held at its size, not as values.
+    pub tools: Arc<ToolsText>,
     /// The list's index, built when it is first read (not stored: a function of `tools`).
     #[serde(skip)]
     index: IndexCache,
 }
 
 impl HashedTools {
-    pub fn new(tools: Vec<Value>) -> Self {
+    pub fn new(tools: ToolsText) -> Self {
         let index = ToolIndex::new(&tools);
         HashedTools::indexed(Arc::new(tools), index)
     }
 
-    fn indexed(tools: Arc<Vec<Value>>, index: ToolIndex) -> Self {
+    fn indexed(tools: Arc<ToolsText>, index: ToolIndex) -> Self {
         HashedTools { hash: index.hash(), tools, index: IndexCache(Some(Arc::new(index))) }
     }
 
@@ -98,7 +136,7 @@ impl HashedTools {
 
     /// Whether `tools` is this list; if so, this list takes that copy (the same list read again is then
     /// recognised without comparing it).
-    fn adopt_if_equal(&mut self, tools: &Arc<Vec<Value>>) -> bool {
+    fn adopt_if_equal(&mut self, tools: &Arc<ToolsText>) -> bool {
         if Arc::ptr_eq(&self.tools, tools) {
             return true;
         }
@@ -238,14 +276,14 @@ impl ServerState {
         context: RecordContext<'_>,
         policy: BaselinePolicy,
     ) -> Observed {
-        self.observe_tools(Arc::new(snapshot.tools.clone()), context, policy)
+        self.observe_tools(Arc::new(ToolsText::from_values(&snapshot.tools)), context, policy)
     }
 
     /// Applies one snapshot's tools (taken, not copied: the state, the event and the stored snapshot share
     /// them). The list is indexed once, and the hash, the diff and the count all read that index.
     pub fn observe_tools(
         &mut self,
-        tools: Arc<Vec<Value>>,
+        tools: Arc<ToolsText>,
         context: RecordContext<'_>,
         policy: BaselinePolicy,
     ) -> Observed {
@@ -263,7 +301,7 @@ impl ServerState {
     /// for lists seen before to this).
     fn observe_list_indexing(
         &mut self,
-        tools: Arc<Vec<Value>>,
+        tools: Arc<ToolsText>,
         context: RecordContext<'_>,
         policy: BaselinePolicy,
     ) -> Observed {
@@ -283,7 +321,7 @@ impl ServerState {
     /// A list equal, as sent, to the baseline (the server went back to it, or never left) or to the newest
     /// snapshot (the same drift again): what [`ServerState::observe_indexed`] does for its hash, without
     /// indexing it. `None` for any other list.
-    fn observe_known(&mut self, tools: &Arc<Vec<Value>>, context: RecordContext<'_>) -> Option<Observed> {
+    fn observe_known(&mut self, tools: &Arc<ToolsText>, context: RecordContext<'_>) -> Option<Observed> {
         if self.baseline.as_mut().is_some_and(|baseline| baseline.adopt_if_equal(tools)) {
             let baseline = self.baseline.as_ref()?;
             let (hash, tool_count) = (baseline.hash.clone(), baseline.tool_count());
@@ -415,9 +453,8 @@ impl ServerState {
 
 /// How many tools a list declares, as [`normalize_tools`] counts them: objects with a string `name`, one
 /// per name.
-fn tool_count(tools: &[Value]) -> usize {
-    let names: std::collections::HashSet<&str> =
-        tools.iter().filter_map(|tool| tool.get("name").and_then(Value::as_str)).collect();
+fn tool_count(tools: &ToolsText) -> usize {
+    let names: std::collections::HashSet<String> = tools.names().flatten().collect();
     names.len()
 }
 
@@ -460,8 +497,9 @@ fn drift_event(
         changes,
         accepted_by: None,
         accepted_at: None,
-        previous_tools: Arc::clone(&baseline.tools),
-        current_tools: Arc::clone(&current.tools),
+        // Parsed for the event only: it is stored and dropped, the state keeps the texts.
+        previous_tools: Arc::new(baseline.tools.values()),
+        current_tools: Arc::new(current.tools.values()),
     }
 }
 

@@ -873,7 +873,9 @@ fn state_hashed_by_an_older_normal_form_is_rehashed_not_drift() {
 /// copy: the same copy sent again is then recognised without comparing the lists.
 #[test]
 fn an_equal_list_is_adopted_as_the_same_list() {
-    let tools = |value: Value| std::sync::Arc::new(value.as_array().cloned().unwrap_or_default());
+    let tools = |value: Value| {
+        std::sync::Arc::new(ToolsText::from_values(value.as_array().map(Vec::as_slice).unwrap_or_default()))
+    };
     let list = json!([{"name": "a", "description": "x"}, {"name": "b"}]);
     let mut state = ServerState::default();
     let first = state.observe_tools(tools(list.clone()), context(0), BaselinePolicy::Manual);
@@ -1094,7 +1096,7 @@ proptest! {
                 1 => prop_assert_eq!(fast.accept("op", at), reference.accept("op", at)),
                 _ => {
                     let snapshot = snapshot(Value::Array(lists[list % lists.len()].clone()));
-                    let (a, b) = (fast.observe_list(&snapshot, at, policy), reference.observe_list_indexing(std::sync::Arc::new(snapshot.tools.clone()), at, policy));
+                    let (a, b) = (fast.observe_list(&snapshot, at, policy), reference.observe_list_indexing(std::sync::Arc::new(ToolsText::from_values(&snapshot.tools)), at, policy));
                     prop_assert_eq!(&a.outputs, &b.outputs);
                     prop_assert_eq!((&a.hash, a.tool_count), (&b.hash, b.tool_count));
                 }
@@ -1332,11 +1334,15 @@ proptest! {
         // Some of the old tools again, as declared: their digests come from the old index.
         let mut new = rename(new, 2);
         new.extend(old.iter().zip(&keep).filter(|(_, k)| **k).map(|(t, _)| t.clone()));
-        let old_index = ToolIndex::new(&old);
+        let (old_text, new_text) = (ToolsText::from_values(&old), ToolsText::from_values(&new));
+        let old_index = ToolIndex::new(&old_text);
         prop_assert_eq!(old_index.hash(), tools_hash(&normalize_tools(&old)));
-        let reused = ToolIndex::reusing(&new, &[IndexedList { tools: &old, index: &old_index }]);
-        prop_assert_eq!(&reused, &ToolIndex::new(&new));
+        let reused = ToolIndex::reusing(&new_text, &[IndexedList { tools: &old_text, index: &old_index }]);
+        prop_assert_eq!(&reused, &ToolIndex::new(&new_text));
         prop_assert_eq!(reused.hash(), tools_hash(&normalize_tools(&new)));
+        // The same tools in other text (indented): nothing is reused, nothing differs.
+        let pretty = ToolsText::parse(&serde_json::to_string_pretty(&new).unwrap_or_default()).unwrap_or_default();
+        prop_assert_eq!(&ToolIndex::reusing(&pretty, &[IndexedList { tools: &old_text, index: &old_index }]), &reused);
     }
 }
 
