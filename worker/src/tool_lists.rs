@@ -13,6 +13,8 @@ use sha2::{Digest, Sha256};
 #[derive(Default)]
 pub struct ListTexts {
     last: HashMap<ServerKey, ([u8; 32], Arc<ToolsText>)>,
+    /// Bytes of list text parsed since [`ListTexts::take_parsed_bytes`].
+    parsed_bytes: usize,
 }
 
 impl ListTexts {
@@ -30,12 +32,18 @@ impl ListTexts {
                 return Ok(Arc::clone(tools));
             }
         }
+        self.parsed_bytes = self.parsed_bytes.saturating_add(text.len());
         let tools =
             ToolsText::parse(text).map_err(|err| format!("not a tool-list snapshot: tools: {err}"))?;
         driftline_detectors::tool_drift::check_tools_text(&limits, &tools).map_err(|err| err.to_string())?;
         let tools = Arc::new(tools);
         self.last.insert(key, (digest, Arc::clone(&tools)));
         Ok(tools)
+    }
+
+    /// Bytes of list text parsed since the last call: lists read again as they were cost nothing.
+    pub fn take_parsed_bytes(&mut self) -> usize {
+        std::mem::take(&mut self.parsed_bytes)
     }
 
     /// Keeps only the servers whose state the worker keeps.
@@ -66,6 +74,7 @@ mod tests {
         let read = texts.read(&record(&first), limits).expect("a list");
         let again = texts.read(&record(&first), limits).expect("a list");
         assert!(Arc::ptr_eq(&read, &again), "the same text is not parsed again");
+        assert_eq!(texts.take_parsed_bytes(), r#"[{"name":"a"}]"#.len());
         // Another text (even one that parses to the same list) is read afresh.
         let spaced = payload(r#"[ {"name": "a"} ]"#);
         let other = texts.read(&record(&spaced), limits).expect("a list");
