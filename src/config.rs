@@ -387,6 +387,9 @@ pub struct LimitsConfig {
     /// Schema nodes a list's `$ref`s may copy in when normalised, all tools together (413 / dead letter).
     /// [1000, 100000000]
     pub max_ref_expansion_nodes: usize,
+    /// Bytes of tool-list text one project's servers may hold in a detector: baselines and newest lists
+    /// (a list beyond it is a dead letter). [1048576, 1099511627776]
+    pub max_tool_list_bytes_per_project: usize,
 }
 
 impl Default for LimitsConfig {
@@ -398,6 +401,7 @@ impl Default for LimitsConfig {
             max_tools_per_list: tool_lists.max_tools,
             max_schema_depth: tool_lists.max_depth,
             max_ref_expansion_nodes: tool_lists.max_ref_nodes,
+            max_tool_list_bytes_per_project: tool_lists.max_project_bytes,
         }
     }
 }
@@ -408,6 +412,7 @@ impl LimitsConfig {
             max_tools: self.max_tools_per_list,
             max_depth: self.max_schema_depth,
             max_ref_nodes: self.max_ref_expansion_nodes,
+            max_project_bytes: self.max_tool_list_bytes_per_project,
         }
     }
 }
@@ -638,6 +643,12 @@ impl Config {
             bail!(
                 "limits.max_ref_expansion_nodes = {} must be in [1000, 100000000]",
                 self.limits.max_ref_expansion_nodes
+            );
+        }
+        if !(1 << 20..=1 << 40).contains(&self.limits.max_tool_list_bytes_per_project) {
+            bail!(
+                "limits.max_tool_list_bytes_per_project = {} must be in [1048576, 1099511627776]",
+                self.limits.max_tool_list_bytes_per_project
             );
         }
         if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {

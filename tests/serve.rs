@@ -974,6 +974,42 @@ fn tool_lists_beyond_the_limits_are_refused_with_the_reason() {
     assert!(stderr.contains("limits.max_schema_depth"), "{stderr}");
 }
 
+/// A project's servers hold at most `limits.max_tool_list_bytes_per_project` of tool-list text in the
+/// detector: one key creating servers with large lists cannot exhaust its memory. The list beyond it is a
+/// dead letter; the project's other servers, and lists within the budget, go on.
+#[test]
+fn a_projects_tool_lists_are_held_within_its_budget() {
+    let dir = temp_dir("tool-list-budget");
+    let server =
+        Server::start(&dir, None, &[("DRIFTLINE__LIMITS__MAX_TOOL_LIST_BYTES_PER_PROJECT", "1048576")]);
+    let client = server.client(None);
+    // About 600 KB each: two do not fit in 1 MiB.
+    let list = |prefix: &str| -> Value {
+        (0..1000).map(|i| json!({"name": format!("{prefix}{i}"), "description": "x".repeat(560)})).collect()
+    };
+    assert_eq!(client.put_json("/api/servers/first/tools", &list("a")).0, 202);
+    client.wait_for("/api/health/servers/first", "the first list", |s| s["tool_count"] == 1000);
+    assert_eq!(client.put_json("/api/servers/second/tools", &list("b")).0, 202);
+    client.wait_for("/metrics", "the second list as a dead letter", |m| {
+        m.as_str().is_some_and(|m| m.contains("driftline_worker_dead_letters_total 1"))
+    });
+    let small: Vec<Value> = (0..10).map(|i| json!({"name": format!("t{i}")})).collect();
+    assert_eq!(client.put_json("/api/servers/third/tools", &Value::Array(small)).0, 202);
+    client.wait_for("/api/health/servers/third", "a small list within the budget", |s| s["tool_count"] == 10);
+    let (_, servers) = client.get("/api/health/servers");
+    let names: Vec<&str> =
+        servers.as_array().into_iter().flatten().filter_map(|s| s["server_name"].as_str()).collect();
+    assert!(names.contains(&"first") && !names.contains(&"second"), "{servers}");
+    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args(["check-config"])
+        .env("DRIFTLINE__LIMITS__MAX_TOOL_LIST_BYTES_PER_PROJECT", "1000")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("limits.max_tool_list_bytes_per_project"), "{stderr}");
+}
+
 /// Hostile requests cannot grow /metrics: made-up methods and unknown paths share one series each.
 #[test]
 fn metrics_labels_come_from_a_closed_set() {

@@ -93,11 +93,20 @@ pub struct ToolListLimits {
     /// few kilobytes of references can fan out to millions of nodes. Checked by the detectors' crate
     /// (`tool_drift::check_tool_list`), which expands references.
     pub max_ref_nodes: usize,
+    /// Bytes of tool-list text one project's servers may hold in a detector (each server's baseline and
+    /// newest list): the detector keeps them for as long as it runs, so one API key creating servers must
+    /// not exhaust its memory. Checked by the worker, which knows what is held.
+    pub max_project_bytes: usize,
 }
 
 impl Default for ToolListLimits {
     fn default() -> Self {
-        ToolListLimits { max_tools: 5_000, max_depth: 64, max_ref_nodes: 1_000_000 }
+        ToolListLimits {
+            max_tools: 5_000,
+            max_depth: 64,
+            max_ref_nodes: 1_000_000,
+            max_project_bytes: 256 << 20,
+        }
     }
 }
 
@@ -112,6 +121,10 @@ pub enum ToolListTooLarge {
         "the tools' $ref expand to more than {1} schema nodes (at least {0}); at most {1} are accepted (limits.max_ref_expansion_nodes)"
     )]
     RefExpansion(usize, usize),
+    #[error(
+        "with this list the project's servers would hold {0} bytes of tool lists in the detector; at most {1} are kept (limits.max_tool_list_bytes_per_project)"
+    )]
+    ProjectBytes(usize, usize),
 }
 
 /// Nesting depth of a JSON value (a scalar is 0), without recursion: any input is safe.
@@ -174,7 +187,7 @@ mod limit_tests {
 
     #[test]
     fn limits() {
-        let limits = ToolListLimits { max_tools: 2, max_depth: 3, max_ref_nodes: 10 };
+        let limits = ToolListLimits { max_tools: 2, max_depth: 3, ..Default::default() };
         let tool = |depth: usize| (0..depth).fold(Value::Null, |inner, _| serde_json::json!({"a": inner}));
         assert_eq!(limits.check(&[tool(1), tool(3)]), Ok(()));
         assert_eq!(limits.check(&[tool(1), tool(1), tool(1)]), Err(ToolListTooLarge::Tools(3, 2)));

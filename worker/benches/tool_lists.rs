@@ -40,14 +40,14 @@ fn tool_list_records(c: &mut Criterion) {
     // The server's baseline, as the worker holds it after reading the old list.
     let mut texts = ListTexts::default();
     let mut state = ServerState::default();
-    let tools = texts.read(&parse(&old), limits).expect("a list");
+    let tools = texts.read(&parse(&old), limits, || 0).expect("a list");
     state.observe_tools(tools, context, BaselinePolicy::Manual);
 
     let mut group = c.benchmark_group("tool_lists");
     group.throughput(Throughput::Elements(1));
     group.bench_function("record_unchanged_tools50", |b| {
         b.iter(|| {
-            let tools = texts.read(&parse(black_box(&old)), limits).expect("a list");
+            let tools = texts.read(&parse(black_box(&old)), limits, || 0).expect("a list");
             state.observe_tools(tools, context, BaselinePolicy::Manual).tool_count
         })
     });
@@ -55,7 +55,7 @@ fn tool_list_records(c: &mut Criterion) {
         b.iter(|| {
             // Each time a list not read before, against the same baseline.
             let (mut texts, mut state) = (ListTexts::default(), state.clone());
-            let tools = texts.read(&parse(black_box(&new)), limits).expect("a list");
+            let tools = texts.read(&parse(black_box(&new)), limits, || 0).expect("a list");
             state.observe_tools(tools, context, BaselinePolicy::Manual).outputs.len()
         })
     });

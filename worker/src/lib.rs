@@ -689,7 +689,11 @@ impl<C: Consumer> Worker<C> {
             // acceptance applies in order with the lists, on the instance that owns the server.
             Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
                 Ok(list) => check_key(record, &list.key().to_string())
-                    .and_then(|()| self.list_texts.read(&list, self.settings.tool_lists))
+                    .and_then(|()| {
+                        let (servers, key) = (&self.servers, list.key());
+                        self.list_texts
+                            .read(&list, self.settings.tool_lists, || tool_lists::held_beside(servers, &key))
+                    })
                     .map(|tools| self.tool_list(&list, tools, record, batch, dirty, declarations)),
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {

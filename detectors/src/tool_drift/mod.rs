@@ -250,6 +250,12 @@ impl RecordContext<'_> {
 }
 
 impl ServerState {
+    /// Bytes of list text the state holds: (baseline, newest snapshot).
+    pub fn list_bytes(&self) -> (usize, usize) {
+        let bytes = |list: &Option<HashedTools>| list.as_ref().map_or(0, |list| list.tools.text_bytes());
+        (bytes(&self.baseline), bytes(&self.observed))
+    }
+
     pub fn status(&self) -> ServerStatus {
         match (&self.baseline, &self.down) {
             (_, Some(_)) => ServerStatus::Down,
