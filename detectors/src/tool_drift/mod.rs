@@ -363,10 +363,14 @@ impl ServerState {
             self.baseline = Some(current);
             return vec![output];
         };
+        // The same list in other text (members reordered, other spacing: a producer that writes its own
+        // JSON) takes the place of the text held, so that it is recognised as sent from now on.
         if current.hash == baseline.hash {
+            *baseline = current;
             return self.back_to_baseline(context.at);
         }
-        if self.observed.as_ref().is_some_and(|seen| seen.hash == current.hash) {
+        if let Some(seen) = self.observed.as_mut().filter(|seen| seen.hash == current.hash) {
+            *seen = current;
             return Vec::new(); // the same drift again: one event is enough
         }
         let event = drift_event(baseline, &mut current, context);

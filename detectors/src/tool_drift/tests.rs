@@ -887,6 +887,35 @@ fn an_equal_list_is_adopted_as_the_same_list() {
     assert!(std::sync::Arc::ptr_eq(&baseline.tools, &copy), "the baseline took the copy read last");
 }
 
+/// The same list in other text (members reordered, other spacing) changes nothing and is held from then
+/// on, so that the next copy of that text is recognised as sent, without indexing it again.
+#[test]
+fn the_same_list_in_other_text_is_held_in_its_place() {
+    let text = |list: &str| std::sync::Arc::new(ToolsText::parse(list).expect("a list"));
+    let compact = r#"[{"description":"x","name":"a"},{"name":"b"}]"#;
+    let spaced = r#"[ {"name": "a", "description": "x"}, {"name": "b"} ]"#;
+    let changed = r#"[{"name":"a","description":"y"},{"name":"b"}]"#;
+    let changed_spaced = r#"[ {"name": "a", "description": "y"}, {"name": "b"} ]"#;
+    let mut state = ServerState::default();
+    let first = state.observe_tools(text(compact), context(0), BaselinePolicy::Manual);
+    let again = state.observe_tools(text(spaced), context(1), BaselinePolicy::Manual);
+    assert!(again.outputs.is_empty());
+    assert_eq!(again.hash, first.hash);
+    let baseline = state.baseline.as_ref().expect("a baseline");
+    assert_eq!(baseline.tools.entries()[0].get(), r#"{"name": "a", "description": "x"}"#);
+    let drift = state.observe_tools(text(changed), context(2), BaselinePolicy::Manual);
+    assert_eq!(drift.outputs.len(), 1, "{:?}", drift.outputs);
+    let same_drift = state.observe_tools(text(changed_spaced), context(3), BaselinePolicy::Manual);
+    assert!(same_drift.outputs.is_empty(), "{:?}", same_drift.outputs);
+    let observed = state.observe_tools(text(changed_spaced), context(4), BaselinePolicy::Manual);
+    assert!(observed.outputs.is_empty());
+    assert_eq!(
+        state.observed.as_ref().expect("the newest list").tools.entries()[0].get(),
+        r#"{"name": "a", "description": "y"}"#
+    );
+    assert_eq!(state.status(), ServerStatus::Degraded);
+}
+
 #[test]
 fn probe_failures_mark_down_until_the_next_snapshot() {
     let mut state = ServerState::default();
