@@ -225,10 +225,9 @@ fn drift_vectors() {
                     assert_eq!(event.server_name, "pg");
                     assert_eq!(event.previous_hash, short_hash(&schema_hash(&old)), "{name}");
                     assert_eq!(event.current_hash, short_hash(&schema_hash(&new)), "{name}");
-                    let names: BTreeSet<&str> =
-                        event.current_tools.iter().filter_map(|t| t["name"].as_str()).collect();
-                    let expected_names: BTreeSet<&str> =
-                        new.iter().filter_map(|t| t["name"].as_str()).collect();
+                    let names: BTreeSet<String> = event.current_tools.names().flatten().collect();
+                    let expected_names: BTreeSet<String> =
+                        new.iter().filter_map(|t| t["name"].as_str()).map(str::to_owned).collect();
                     assert_eq!(names, expected_names, "{name}");
                 }
                 if let Some(status) = case["expected_status"].as_str() {

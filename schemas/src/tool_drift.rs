@@ -4,7 +4,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Timestamp;
+use crate::{Timestamp, ToolsText};
 
 /// How much a change can hurt an agent. Ordered: `Compatible < Warning < Breaking`.
 #[derive(
@@ -216,12 +216,14 @@ pub struct SchemaDriftEvent {
     pub accepted_by: Option<String>,
     #[serde(default)]
     pub accepted_at: Option<Timestamp>,
-    /// Both full tool lists, for the "view full schemas" toggle (shared with the detector's state, not
-    /// copied: lists can be large).
+    /// Both full tool lists, for the "view full schemas" toggle (the texts the detector's state holds,
+    /// shared, not copied: lists can be large).
     #[schema(value_type = Vec<Value>)]
-    pub previous_tools: Arc<Vec<Value>>,
+    #[serde(deserialize_with = "crate::tools_text::shared_from_any")]
+    pub previous_tools: Arc<ToolsText>,
     #[schema(value_type = Vec<Value>)]
-    pub current_tools: Arc<Vec<Value>>,
+    #[serde(deserialize_with = "crate::tools_text::shared_from_any")]
+    pub current_tools: Arc<ToolsText>,
 }
 
 /// Health of a server as seen by the tool-list detector (and probes, when configured).

@@ -83,6 +83,15 @@ impl ToolsText {
     }
 }
 
+/// A shared list read by any deserializer (text held as text needs serde_json's own; a message already
+/// parsed into a `Value`, as the CLI reads answers, is written back as text).
+pub fn shared_from_any<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<std::sync::Arc<ToolsText>, D::Error> {
+    let tools = Vec::<Value>::deserialize(deserializer)?;
+    Ok(std::sync::Arc::new(ToolsText::from_values(&tools)))
+}
+
 /// A tool's name read from its text, parsing nothing else.
 pub fn name_of(entry: &RawValue) -> Option<String> {
     read_fields(entry, false)?.name
@@ -236,5 +245,25 @@ mod tests {
         assert_eq!(tools.text_bytes(), r#"{"name": "a"}{"name":"b"}"#.len());
         assert!(ToolsText::parse(r#"{"name":"a"}"#).is_err(), "not an array");
         assert!(ToolsText::parse(r#"[{"name":"a"]"#).is_err(), "not JSON");
+    }
+
+    /// A drift event's lists are written as text and read back by serde_json from text or from a
+    /// `Value` (the CLI reads API answers so).
+    #[test]
+    fn shared_lists_read_from_text_and_from_values() {
+        #[derive(Serialize, Deserialize)]
+        struct Event {
+            #[serde(deserialize_with = "shared_from_any")]
+            tools: std::sync::Arc<ToolsText>,
+        }
+        let event = Event { tools: std::sync::Arc::new(text(r#"[{"name": "a", "x": [1]}]"#)) };
+        let written = serde_json::to_string(&event).expect("serialises");
+        assert_eq!(written, r#"{"tools":[{"name": "a", "x": [1]}]}"#);
+        let from_text: Event = serde_json::from_str(&written).expect("from text");
+        let value: Value = serde_json::from_str(&written).expect("a value");
+        let from_value: Event = serde_json::from_value(value).expect("from a value");
+        for read in [from_text, from_value] {
+            assert_eq!(read.tools.values(), vec![json!({"name": "a", "x": [1]})]);
+        }
     }
 }

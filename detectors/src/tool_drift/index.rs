@@ -58,18 +58,15 @@ impl ToolIndex {
     /// [`ToolIndex::new`], taking the digest of every tool whose text is a tool's of the same name in one
     /// of `known`: only tools with new text are parsed and digested.
     pub fn reusing(tools: &ToolsText, known: &[IndexedList<'_>]) -> Self {
+        if known.is_empty() {
+            return Self::fresh(tools);
+        }
         let entries = tools.entries();
+        // Names are read from the text; only tools whose text is new are parsed.
         let mut named: Vec<(String, usize)> =
             tools.names().enumerate().filter_map(|(at, name)| name.map(|name| (name, at))).collect();
-        // Stable: of two tools with one name, the later is kept (as with duplicate JSON keys).
         named.sort_by(|a, b| a.0.cmp(&b.0));
-        named.dedup_by(|later, kept| {
-            let same = later.0 == kept.0;
-            if same {
-                kept.1 = later.1;
-            }
-            same
-        });
+        later_of_each_name(&mut named, |(name, _)| name, |(_, at)| *at);
         let mut scratch = String::new();
         // Both sides are sorted by name: one cursor per known list walks along.
         let mut cursors = vec![0usize; known.len()];
@@ -87,8 +84,7 @@ impl ToolIndex {
                     (text == declared).then_some(seen.definition)
                 });
                 let definition = reused.unwrap_or_else(|| {
-                    let value = tools.value(at);
-                    match value.as_ref().and_then(tool_of) {
+                    match tools.value(at).as_ref().and_then(tool_of) {
                         Some((name, object)) => definition_digest(name, object, &mut scratch),
                         // Its name was read, so it parses: only a tool nested past serde_json's recursion
                         // limit (refused by the limits before any list is kept) lands here.
@@ -98,8 +94,29 @@ impl ToolIndex {
                 IndexedTool { name: name.into(), at, definition }
             })
             .collect();
-        let hash = list_hash(indexed.iter().map(|tool| (&*tool.name, &tool.definition)));
-        ToolIndex { tools: indexed, hash }
+        Self::of(indexed)
+    }
+
+    /// A list with nothing to reuse: each tool parsed once, in list order, for its name and digest (and
+    /// dropped before the next: a list's values never exist whole).
+    fn fresh(tools: &ToolsText) -> Self {
+        let mut scratch = String::new();
+        let mut indexed: Vec<IndexedTool> = (0..tools.len())
+            .filter_map(|at| {
+                let tool = tools.value(at)?;
+                let (name, object) = tool_of(&tool)?;
+                let definition = definition_digest(name, object, &mut scratch);
+                Some(IndexedTool { name: name.into(), at, definition })
+            })
+            .collect();
+        indexed.sort_by(|a, b| a.name.cmp(&b.name));
+        later_of_each_name(&mut indexed, |tool| &tool.name, |tool| tool.at);
+        Self::of(indexed)
+    }
+
+    fn of(tools: Vec<IndexedTool>) -> Self {
+        let hash = list_hash(tools.iter().map(|tool| (&*tool.name, &tool.definition)));
+        ToolIndex { tools, hash }
     }
 
     pub fn get(&self, name: &str) -> Option<&IndexedTool> {
@@ -123,6 +140,18 @@ impl ToolIndex {
     pub fn hash(&self) -> String {
         hex::encode(self.hash)
     }
+}
+
+/// Keeps one entry per name of a list sorted by name (stably): the one declared last, as with duplicate
+/// JSON keys.
+fn later_of_each_name<T>(sorted: &mut Vec<T>, name: impl Fn(&T) -> &str, at: impl Fn(&T) -> usize) {
+    sorted.dedup_by(|later, kept| {
+        let same = name(later) == name(kept);
+        if same && at(later) > at(kept) {
+            std::mem::swap(later, kept);
+        }
+        same
+    });
 }
 
 /// `schema_hash`: SHA-256 of the canonical JSON array of `[name, definition digest in hex]` pairs, sorted by

@@ -507,9 +507,8 @@ fn drift_event(
         changes,
         accepted_by: None,
         accepted_at: None,
-        // Parsed for the event only: it is stored and dropped, the state keeps the texts.
-        previous_tools: Arc::new(baseline.tools.values()),
-        current_tools: Arc::new(current.tools.values()),
+        previous_tools: Arc::clone(&baseline.tools),
+        current_tools: Arc::clone(&current.tools),
     }
 }
 
