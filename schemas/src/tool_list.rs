@@ -148,10 +148,16 @@ impl ToolListLimits {
             return Err(ToolListTooLarge::Tools(tools.len(), self.max_tools));
         }
         for (index, tool) in tools.iter().enumerate() {
-            let depth = json_depth(tool);
-            if depth > self.max_depth {
-                return Err(ToolListTooLarge::Depth(index, depth, self.max_depth));
-            }
+            self.check_depth(index, tool)?;
+        }
+        Ok(())
+    }
+
+    /// The nesting of the list's tool at `index`.
+    pub fn check_depth(&self, index: usize, tool: &Value) -> Result<(), ToolListTooLarge> {
+        let depth = json_depth(tool);
+        if depth > self.max_depth {
+            return Err(ToolListTooLarge::Depth(index, depth, self.max_depth));
         }
         Ok(())
     }

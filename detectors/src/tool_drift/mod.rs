@@ -41,9 +41,18 @@ pub fn check_tool_list(
     tools: &[Value],
 ) -> Result<(), driftline_schemas::ToolListTooLarge> {
     limits.check(tools)?;
-    let copied = ref_expansion(tools, limits.max_ref_nodes);
-    if copied > limits.max_ref_nodes {
-        return Err(driftline_schemas::ToolListTooLarge::RefExpansion(copied, limits.max_ref_nodes));
+    refs_within(limits, tools, &mut 0)
+}
+
+/// Adds the nodes the references of `tools` copy in to `copied`, refusing once the total is beyond the limit.
+fn refs_within(
+    limits: &driftline_schemas::ToolListLimits,
+    tools: &[Value],
+    copied: &mut usize,
+) -> Result<(), driftline_schemas::ToolListTooLarge> {
+    *copied = copied.saturating_add(ref_expansion(tools, limits.max_ref_nodes.saturating_sub(*copied)));
+    if *copied > limits.max_ref_nodes {
+        return Err(driftline_schemas::ToolListTooLarge::RefExpansion(*copied, limits.max_ref_nodes));
     }
     Ok(())
 }
@@ -71,15 +80,8 @@ pub fn check_tools_text(
     for (index, entry) in tools.entries().iter().enumerate() {
         let tool: Value =
             serde_json::from_str(entry.get()).map_err(|err| RefusedTools::Unreadable(index, err))?;
-        let depth = driftline_schemas::json_depth(&tool);
-        if depth > limits.max_depth {
-            return Err(ToolListTooLarge::Depth(index, depth, limits.max_depth).into());
-        }
-        let room = limits.max_ref_nodes - copied;
-        copied = copied.saturating_add(ref_expansion(std::slice::from_ref(&tool), room));
-        if copied > limits.max_ref_nodes {
-            return Err(ToolListTooLarge::RefExpansion(copied, limits.max_ref_nodes).into());
-        }
+        limits.check_depth(index, &tool)?;
+        refs_within(limits, std::slice::from_ref(&tool), &mut copied)?;
     }
     Ok(())
 }

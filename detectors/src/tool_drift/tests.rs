@@ -1440,4 +1440,18 @@ fn a_list_whose_references_fan_out_is_refused_and_one_that_reuses_a_definition_i
     let many: Vec<Value> = (0..100).map(|i| tool(&format!("t{i}"), ref_bomb(4))).collect();
     assert!(matches!(check_tool_list(&limits, &many), Err(ToolListTooLarge::RefExpansion(..))));
     assert_eq!(check_tool_list(&ToolListLimits::default(), &many), Ok(()));
+    // The worker's check of lists held as text, one tool at a time, agrees.
+    let as_text = |limits: &ToolListLimits, tools: &[Value]| {
+        check_tools_text(limits, &ToolsText::from_values(tools)).map_err(|err| err.to_string())
+    };
+    for limits in [limits, ToolListLimits::default(), ToolListLimits { max_tools: 99, ..limits }] {
+        assert_eq!(as_text(&limits, &many), check_tool_list(&limits, &many).map_err(|err| err.to_string()));
+    }
+    let deep = (0..70).fold(json!("leaf"), |inner, _| json!({"nested": inner}));
+    let listed = [tool("fine", json!({})), tool("deep", deep)];
+    let refused = as_text(&ToolListLimits::default(), &listed).expect_err("too deep");
+    assert_eq!(
+        Err(refused),
+        check_tool_list(&ToolListLimits::default(), &listed).map_err(|err| err.to_string())
+    );
 }
