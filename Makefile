@@ -22,6 +22,8 @@ build:
 	$(CARGO) build --release --locked --bin driftline
 
 ## test: formatting, lints, and every test (unit, property, conformance, CLI, end to end, browser).
+# Without incremental state: a clean build (CI) gains nothing from it but gigabytes on disk.
+test: export CARGO_INCREMENTAL ?= 0
 test: toolchain python-env mcp-servers
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings

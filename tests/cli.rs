@@ -242,6 +242,31 @@ fn diff_reads_a_tools_array_a_tools_object_and_a_tools_list_response_alike() {
     }
 }
 
+#[test]
+fn diff_lists_a_bounded_number_of_changes_and_counts_the_rest() {
+    // An enum rewritten whole: 3,000 values removed (BREAKING), 3,000 added (COMPATIBLE).
+    let list = |prefix: &str| {
+        let values: Vec<String> = (0..3_000).map(|i| format!("{prefix}{i}")).collect();
+        json!([{"name": "pick", "inputSchema": {"type": "object",
+            "properties": {"mode": {"type": "string", "enum": values}}}}])
+        .to_string()
+    };
+    let (old, new) = (temp_file("wide-old.json", &list("a")), temp_file("wide-new.json", &list("b")));
+    let (old, new) = (old.to_str().expect("path"), new.to_str().expect("path"));
+    let run = driftline(&["diff", old, new, "--fail-on", "breaking"], b"");
+    assert_eq!(run.code, 1, "breaking drift: exit 1; stderr {}", run.stderr);
+    let first = run.stdout.lines().next().unwrap_or_default();
+    assert!(first.ends_with(": 6000 changes (3000 breaking, 3000 compatible)"), "{first}");
+    let last = run.stdout.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "  … and 4000 more changes not listed (2000 breaking, 2000 compatible): at most 1000 of each kind are listed."
+    );
+    let out = json_out(&driftline(&["diff", old, new, "--format", "json"], b""));
+    assert_eq!(out["changes"].as_array().map(Vec::len), Some(2_000));
+    assert_eq!(out["omitted_changes"], json!({"COMPATIBLE": 2_000, "BREAKING": 2_000}));
+}
+
 fn span(id: usize, value: Value) -> String {
     json!({"span_id": format!("s{id}"), "server": "weather", "tool": "lookup",
         "started_at": "2026-01-01T00:00:00Z", "duration_ms": 3, "status": "success", "return_value": value})

@@ -99,6 +99,14 @@ fn records() -> Vec<Message> {
         records.push(span("beta", "fetch", i, "b0", json!({"body": "b"})));
     }
     records.push(tool_list("alpha", "srv", json!([search_v2, fetch])));
+    // An enum rewritten whole: 1,100 values removed (BREAKING) and 1,100 added, more than an event lists.
+    let wide = |prefix: &str| {
+        let values: Vec<String> = (0..1_100).map(|i| format!("{prefix}{i}")).collect();
+        json!([{"name": "pick", "inputSchema": {"type": "object",
+            "properties": {"mode": {"type": "string", "enum": values}}}}])
+    };
+    records.push(tool_list("alpha", "wide", wide("a")));
+    records.push(tool_list("alpha", "wide", wide("b")));
     records.push(tool_list("alpha", "other", json!([])));
     records.push(command(
         Topic::ToolLists,

@@ -144,6 +144,8 @@ async fn timeline(
         if changes.is_empty() {
             continue;
         }
+        // Unlisted changes belong to no known tool: counted when the timeline is the server's.
+        let unlisted: u64 = if tool.is_none() { event.omitted_changes.values().sum() } else { 0 };
         let worst = changes.iter().map(|c| c.classification).max();
         markers.push(TimelineMarker {
             at: event.detected_at,
@@ -154,7 +156,7 @@ async fn timeline(
                 "tool-list drift {} → {}: {} change(s)",
                 event.previous_hash,
                 event.current_hash,
-                changes.len()
+                changes.len() as u64 + unlisted
             ),
             severity: worst.map_or("NONE", |c| c.as_str()).to_owned(),
         });

@@ -173,7 +173,9 @@ const openEventsLabel = (events) => `${events} open event${events === 1 ? '' : '
 
 function summaryChips(events) {
   const open = events.filter((e) => e.status === 'open');
-  const count = (c) => open.flatMap((e) => e.changes).filter((ch) => ch.classification === c).length;
+  // Changes an event found but did not list (`omitted_changes`) count too.
+  const count = (c) => open.flatMap((e) => e.changes).filter((ch) => ch.classification === c).length
+    + open.reduce((n, e) => n + ((e.omitted_changes || {})[c] || 0), 0);
   const chips = [['BREAKING', 'breaking'], ['WARNING', 'warning'], ['COMPATIBLE', 'compatible']]
     .filter(([c]) => count(c) > 0)
     .map(([c, word]) => h('span', { class: `chip chip-${word}`, 'data-chip': word }, `${count(c)} ${word}`));
@@ -211,6 +213,18 @@ function changeView(change, detectedAt) {
       h('div', { class: 'before' }, h('span', { class: 'box-label' }, 'BEFORE'), jsonNode(change.before)),
       h('div', { class: 'after' }, h('span', { class: 'box-label' }, 'AFTER'), jsonNode(change.after))),
     flags);
+}
+
+// An event lists at most so many changes of each kind; the rest are counted, by classification.
+function unlistedNote(event) {
+  const omitted = event.omitted_changes || {};
+  const parts = ['BREAKING', 'WARNING', 'COMPATIBLE'].filter((c) => omitted[c] > 0)
+    .map((c) => `${omitted[c]} ${c.toLowerCase()}`);
+  if (!parts.length) return null;
+  const total = Object.values(omitted).reduce((a, b) => a + b, 0);
+  return h('p', { class: 'unlisted', 'data-unlisted': String(total) },
+    `… and ${total} more change${total === 1 ? '' : 's'} not listed (${parts.join(', ')}). `
+    + 'Compare the full schemas below.');
 }
 
 function eventCard(server, event, onAccepted) {
@@ -257,6 +271,7 @@ function eventCard(server, event, onAccepted) {
       event.max_severity === 'high' ? h('span', { class: 'security-banner' }, '⚠ high-severity security flag') : null,
       h('span', { class: 'event-status' }, status)),
     event.changes.map((c) => changeView(c, event.detected_at)),
+    unlistedNote(event),
     impactBox,
     h('div', { class: 'actions' }, toggle, ' ', accept),
     schemas);

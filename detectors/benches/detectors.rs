@@ -109,7 +109,7 @@ fn hash_and_diff(old: &ToolsText, new: &ToolsText) -> (usize, usize) {
     let changes = if old_hash == new_hash {
         Vec::new()
     } else {
-        diff_indexed(old_list, IndexedList { tools: new, index: &new_index })
+        diff_indexed(old_list, IndexedList { tools: new, index: &new_index }).changes
     };
     let report = serde_json::to_string(&json!({"previous_hash": old_hash, "current_hash": new_hash,
         "max_classification": max_classification(&changes), "changes": changes}))

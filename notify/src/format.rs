@@ -208,6 +208,7 @@ mod tests {
             current_hash: "b".into(),
             status: driftline_schemas::EventStatus::Open,
             changes,
+            omitted_changes: Default::default(),
             max_classification: Some(Classification::Breaking),
             max_severity: Some(Severity::High),
             accepted_by: None,
@@ -227,6 +228,14 @@ mod tests {
         let order: Vec<Classification> = notification.top_changes.iter().map(|c| c.classification).collect();
         assert_eq!(order, [Classification::Breaking, Classification::Warning, Classification::Compatible]);
         assert_eq!(notification.security_flags.len(), 1);
+    }
+
+    #[test]
+    fn changes_the_event_did_not_list_are_counted() {
+        let mut event = event();
+        event.omitted_changes = [(Classification::Breaking, 4_000), (Classification::Compatible, 7)].into();
+        let counts = Notification::drift(&event).counts;
+        assert_eq!((counts.breaking, counts.warning, counts.compatible), (4_001, 1, 8));
     }
 
     #[test]

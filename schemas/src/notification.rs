@@ -86,11 +86,14 @@ pub struct Notification {
 impl Notification {
     pub fn drift(event: &SchemaDriftEvent) -> Notification {
         let mut counts = ChangeCounts::default();
-        for change in &event.changes {
-            match change.classification {
-                Classification::Breaking => counts.breaking += 1,
-                Classification::Warning => counts.warning += 1,
-                Classification::Compatible => counts.compatible += 1,
+        let listed = event.changes.iter().map(|change| (change.classification, 1));
+        let omitted = event.omitted_changes.iter().map(|(classification, n)| (*classification, *n));
+        for (classification, n) in listed.chain(omitted) {
+            let n = u32::try_from(n).unwrap_or(u32::MAX);
+            match classification {
+                Classification::Breaking => counts.breaking = counts.breaking.saturating_add(n),
+                Classification::Warning => counts.warning = counts.warning.saturating_add(n),
+                Classification::Compatible => counts.compatible = counts.compatible.saturating_add(n),
             }
         }
         let mut worst: Vec<&SchemaChange> = event.changes.iter().collect();

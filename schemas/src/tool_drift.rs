@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -207,7 +208,13 @@ pub struct SchemaDriftEvent {
     pub previous_hash: String,
     pub current_hash: String,
     pub status: EventStatus,
+    /// The changes found, in tool-name order; at most 1,000 of each kind of consequence (classification
+    /// and worst security flag) and 1 MiB of their text: the rest are counted in `omitted_changes`.
     pub changes: Vec<SchemaChange>,
+    /// Changes found but not listed in `changes`, by classification (absent when all are listed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = BTreeMap<String, u64>)]
+    pub omitted_changes: BTreeMap<Classification, u64>,
     /// The worst classification among `changes`.
     pub max_classification: Option<Classification>,
     /// The worst security flag among `changes`; `high` must be shown wherever the event is.

@@ -217,6 +217,7 @@ pub fn drift(api: &Api, server: &str, hours: u32) -> anyhow::Result<ExitCode> {
                     &event.previous_hash,
                     &event.current_hash,
                     &event.changes,
+                    &event.omitted_changes,
                     &impact
                 )
             );

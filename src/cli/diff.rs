@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -49,6 +50,8 @@ struct DiffOutput<'a> {
     current_hash: String,
     max_classification: Option<Classification>,
     changes: &'a [SchemaChange],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    omitted_changes: &'a BTreeMap<Classification, u64>,
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
@@ -58,12 +61,13 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let old_index = ToolIndex::new(&old);
     let old_list = IndexedList { tools: &old, index: &old_index };
     let new_index = ToolIndex::reusing(&new, &[old_list]);
-    let changes = diff_indexed(old_list, IndexedList { tools: &new, index: &new_index });
+    let listed = diff_indexed(old_list, IndexedList { tools: &new, index: &new_index });
     let output = DiffOutput {
         previous_hash: short_hash(&old_index.hash()),
         current_hash: short_hash(&new_index.hash()),
-        max_classification: max_classification(&changes),
-        changes: &changes,
+        max_classification: max_classification(&listed.changes),
+        changes: &listed.changes,
+        omitted_changes: &listed.omitted,
     };
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&output)?),
@@ -74,6 +78,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
                     &output.previous_hash,
                     &output.current_hash,
                     output.changes,
+                    output.omitted_changes,
                     &Default::default()
                 )
             )
@@ -126,31 +131,38 @@ fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
     Ok(tools)
 }
 
-/// The drift report people read; `impact` holds lines to print under the changes of each tool.
+/// The drift report people read; `omitted` counts the changes found but not listed, `impact` holds lines
+/// to print under the changes of each tool.
 pub fn render_changes(
     previous_hash: &str,
     current_hash: &str,
     changes: &[SchemaChange],
-    impact: &std::collections::BTreeMap<String, Vec<String>>,
+    omitted: &BTreeMap<Classification, u64>,
+    impact: &BTreeMap<String, Vec<String>>,
 ) -> String {
     let mut out = String::new();
     if changes.is_empty() {
         out.push_str(&format!("No drift: schema hash {current_hash} unchanged.\n"));
         return out;
     }
-    let count = |c: Classification| changes.iter().filter(|ch| ch.classification == c).count();
-    let summary: Vec<String> =
-        [Classification::Breaking, Classification::Warning, Classification::Compatible]
-            .into_iter()
-            .filter(|c| count(*c) > 0)
-            .map(|c| format!("{} {}", count(c), c.as_str().to_lowercase()))
-            .collect();
+    const WORST_FIRST: [Classification; 3] =
+        [Classification::Breaking, Classification::Warning, Classification::Compatible];
+    let count = |c: Classification| {
+        changes.iter().filter(|ch| ch.classification == c).count() as u64
+            + omitted.get(&c).copied().unwrap_or(0)
+    };
+    let summary: Vec<String> = WORST_FIRST
+        .into_iter()
+        .filter(|c| count(*c) > 0)
+        .map(|c| format!("{} {}", count(c), c.as_str().to_lowercase()))
+        .collect();
+    let total = changes.len() as u64 + omitted.values().sum::<u64>();
     out.push_str(&format!(
         "Schema drift {} → {}: {} change{} ({})\n",
         previous_hash,
         current_hash,
-        changes.len(),
-        if changes.len() == 1 { "" } else { "s" },
+        total,
+        if total == 1 { "" } else { "s" },
         summary.join(", ")
     ));
     let high =
@@ -193,6 +205,21 @@ pub fn render_changes(
                 flag.excerpt
             ));
         }
+    }
+    let unlisted: Vec<String> = WORST_FIRST
+        .into_iter()
+        .filter_map(|c| {
+            omitted.get(&c).filter(|n| **n > 0).map(|n| format!("{n} {}", c.as_str().to_lowercase()))
+        })
+        .collect();
+    if !unlisted.is_empty() {
+        out.push_str(&format!(
+            "\n  … and {} more change{} not listed ({}): at most {} of each kind are listed.\n",
+            total - changes.len() as u64,
+            if total - changes.len() as u64 == 1 { "" } else { "s" },
+            unlisted.join(", "),
+            driftline_detectors::tool_drift::LISTED_CHANGES_PER_KIND
+        ));
     }
     out
 }

@@ -1052,8 +1052,23 @@ impl QueryStore for ClickHouseStore {
             .bind(project)
             .fetch_all()
             .await?;
-        let changes =
-            changes.into_iter().map(|(server, classification, n)| (server, Some(classification), n));
+        // Changes the detector found but did not list (it lists at most so many of each kind in an event).
+        let omitted: Vec<(String, String, u32)> = self
+            .client
+            .query(
+                "SELECT server_name, tupleElement(omitted, 1) AS classification,
+                        toUInt32(sum(tupleElement(omitted, 2)))
+                 FROM schema_drift_events FINAL
+                 ARRAY JOIN JSONExtractKeysAndValues(event, 'omitted_changes', 'UInt64') AS omitted
+                 WHERE project = ? AND status = 'open' GROUP BY server_name, classification",
+            )
+            .bind(project)
+            .fetch_all()
+            .await?;
+        let changes = changes
+            .into_iter()
+            .chain(omitted)
+            .map(|(server, classification, n)| (server, Some(classification), n));
         let open = views::open_counts(open, changes);
         let rows: Vec<ServerRowDb> = self
             .client

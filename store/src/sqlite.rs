@@ -527,6 +527,10 @@ fn open_counts(
     let mut select = connection.prepare_cached(
         "SELECT e.server_name, json_extract(c.value, '$.classification'), COUNT(*)
          FROM schema_drift_events e, json_each(e.event, '$.changes') c
+         WHERE e.project = ?1 AND e.status = 'open' GROUP BY 1, 2
+         UNION ALL
+         SELECT e.server_name, o.key, SUM(o.value)
+         FROM schema_drift_events e, json_each(e.event, '$.omitted_changes') o
          WHERE e.project = ?1 AND e.status = 'open' GROUP BY 1, 2",
     )?;
     let changes = select

@@ -544,3 +544,31 @@ test('a tool whose returns mismatch its declared output: server chip, Contract c
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('an event with more changes than it lists counts the rest, on its card and in the chips', async () => {
+  // One enum rewritten whole: 1,100 values removed (breaking) and 1,100 added; an event lists 1,000 of each.
+  const list = (prefix) => [{ name: 'pick', inputSchema: { type: 'object', properties: { mode: { type: 'string',
+    enum: Array.from({ length: 1_100 }, (_, i) => `${prefix}${i}`) } } } }];
+  for (const prefix of ['a', 'b']) {
+    const response = await fetch(`${url}/api/servers/wide-mcp/tools`, { method: 'PUT',
+      headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(list(prefix)) });
+    assert.ok(response.ok, `PUT wide-mcp: ${response.status}`);
+  }
+  const deadline = Date.now() + 30_000;
+  let health;
+  for (;;) {
+    health = await fetch(`${url}/api/health/servers/wide-mcp`).then((r) => (r.ok ? r.json() : null), () => null);
+    if (health?.status === 'DEGRADED') break;
+    assert.ok(Date.now() < deadline, `drift on wide-mcp within 30 s: ${JSON.stringify(health)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  const page = await newPage();
+  await page.goto(`${url}/#/servers/wide-mcp/drift`);
+  const note = page.locator('article.event .unlisted');
+  await note.waitFor();
+  assert.equal(await note.innerText(),
+    '… and 200 more changes not listed (100 breaking, 100 compatible). Compare the full schemas below.');
+  assert.equal(await page.locator('article.event .change').count(), 2_000);
+  assert.deepEqual(await page.locator('#summary-chips .chip').allInnerTexts(), ['1100 breaking', '1100 compatible']);
+  await page.close();
+});

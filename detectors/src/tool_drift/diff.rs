@@ -5,7 +5,7 @@
 //! `schema_hash` always comes with at least one change.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use driftline_schemas::{ChangeType, Classification, Direction, SchemaChange, SecurityFlag, Severity};
 use serde_json::{json, Map, Value};
@@ -20,6 +20,11 @@ use driftline_schemas::ToolsText;
 
 /// Diffs two declared tool lists: what changed from `old` (the accepted baseline) to `new`.
 pub fn diff_tools(old: &[Value], new: &[Value]) -> Vec<SchemaChange> {
+    diff_tools_listed(old, new).changes
+}
+
+/// [`diff_tools`], with the count of changes beyond what one diff lists.
+pub fn diff_tools_listed(old: &[Value], new: &[Value]) -> ListedChanges {
     let (old, new) = (ToolsText::from_values(old), ToolsText::from_values(new));
     let old_index = ToolIndex::new(&old);
     let new_index = ToolIndex::reusing(&new, &[IndexedList { tools: &old, index: &old_index }]);
@@ -30,8 +35,9 @@ pub fn diff_tools(old: &[Value], new: &[Value]) -> Vec<SchemaChange> {
 }
 
 /// Diffs two indexed lists. Tools whose definition digests agree are unchanged; normal forms are built
-/// only for the others.
-pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> Vec<SchemaChange> {
+/// only for the others. Lists at most [`LISTED_CHANGES_PER_KIND`] changes (and
+/// [`LISTED_BYTES_PER_KIND`] of their text) of each kind of consequence and counts the rest.
+pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> ListedChanges {
     let tool_names = ToolNames::new(new.index.tools().iter().map(|t| t.name.to_string()).collect());
     // Both indexes are sorted by name: walked side by side, once.
     let pairs: Vec<(Option<&IndexedTool>, Option<&IndexedTool>)> =
@@ -56,10 +62,15 @@ pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> Vec<SchemaCha
     let still_added: HashSet<&str> =
         added.iter().enumerate().filter(|(i, _)| !taken.contains(i)).map(|(_, t)| &*t.name).collect();
 
-    let mut changes = Vec::new();
+    let mut listing = Listing::default();
     for pair in pairs {
         let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { continue };
-        let mut differ = ToolDiffer { tool: name, tool_names: &tool_names, changes: &mut changes };
+        let mut differ = ToolDiffer {
+            tool: name,
+            tool_names: &tool_names,
+            listing: &mut listing,
+            description_rewritten: false,
+        };
         match pair {
             // Equal digests, equal normal forms: most tools of a new list.
             (Some(before), Some(after)) if before.definition == after.definition => {}
@@ -81,7 +92,66 @@ pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> Vec<SchemaCha
             _ => {} // the new name of a renamed tool: reported with its old name
         }
     }
-    changes
+    ListedChanges { changes: listing.changes, omitted: listing.omitted }
+}
+
+/// At most this many changes of one kind of consequence (a classification with the worst security flag
+/// it carries) are listed in one diff; the rest are counted in [`ListedChanges::omitted`]. A few
+/// kilobytes of input can differ in hundreds of thousands of places (two long enums) and every change
+/// repeats its tool's name and path: listing them all made a 1.5 MB list pair a 78 MB event.
+pub const LISTED_CHANGES_PER_KIND: usize = 1_000;
+
+/// At most this much text (names, paths, strings before and after) is listed per kind of consequence:
+/// names and paths can be long, and each change repeats them.
+pub const LISTED_BYTES_PER_KIND: usize = 1 << 20;
+
+/// The changes one diff lists, in list order, and the count of those it does not list. The first change
+/// of each kind of consequence is always listed, so the worst classification and the worst security flag
+/// among the listed changes are those among all.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListedChanges {
+    pub changes: Vec<SchemaChange>,
+    pub omitted: BTreeMap<Classification, u64>,
+}
+
+impl ListedChanges {
+    /// Every change found, listed or not.
+    pub fn total(&self) -> u64 {
+        self.changes.len() as u64 + self.omitted.values().sum::<u64>()
+    }
+}
+
+/// Kinds of consequence: classification × worst security flag (none, low, medium, high).
+const KINDS: usize = 3 * 4;
+
+#[derive(Default)]
+struct Listing {
+    changes: Vec<SchemaChange>,
+    /// Changes and bytes listed per kind of consequence.
+    listed: [(usize, usize); KINDS],
+    omitted: BTreeMap<Classification, u64>,
+    /// Changes found so far, listed or not.
+    found: usize,
+    /// Where an unlisted change is written, for the caller to refine and nobody to read.
+    unlisted: Option<SchemaChange>,
+}
+
+fn kind_of(classification: Classification, flags: &[SecurityFlag]) -> usize {
+    let classification = match classification {
+        Classification::Compatible => 0,
+        Classification::Warning => 1,
+        Classification::Breaking => 2,
+    };
+    let worst = flags.iter().map(|flag| flag.severity).max().map_or(0, |severity| match severity {
+        Severity::Low => 1,
+        Severity::Medium => 2,
+        Severity::High => 3,
+    });
+    classification * 4 + worst
+}
+
+fn text_len(value: &Value) -> usize {
+    value.as_str().map_or(0, str::len)
 }
 
 /// The tool of a pair that only the first list holds.
@@ -166,6 +236,20 @@ impl Path {
         }
     }
 
+    /// The length of [`Path::render`]'s text, without writing it.
+    fn text_len(&self) -> usize {
+        let names: usize = self
+            .segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Items => 2,
+                Segment::Property(name) | Segment::Field(name) => name.len(),
+                Segment::AdditionalProperties => 1,
+            })
+            .sum();
+        names + self.segments.len()
+    }
+
     fn render(&self) -> String {
         let mut out = String::new();
         for segment in &self.segments {
@@ -238,7 +322,9 @@ const TOOL_FIELDS: &[&str] =
 struct ToolDiffer<'a> {
     tool: &'a str,
     tool_names: &'a ToolNames,
-    changes: &'a mut Vec<SchemaChange>,
+    listing: &'a mut Listing,
+    /// The tool's own description changed (diffed before anything else of the tool).
+    description_rewritten: bool,
 }
 
 impl ToolDiffer<'_> {
@@ -252,13 +338,40 @@ impl ToolDiffer<'_> {
         after: Value,
         security_flags: Vec<SecurityFlag>,
     ) -> &mut SchemaChange {
-        let index = self.changes.len();
-        self.changes.push(SchemaChange {
+        let classification = classify(change_type, direction);
+        self.emit_as(change_type, classification, direction, path, before, after, security_flags)
+    }
+
+    /// Records a change whose classification the caller decided. Listed if its kind of consequence has
+    /// room left, otherwise only counted: its name and path are not even written out.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_as(
+        &mut self,
+        change_type: ChangeType,
+        classification: Classification,
+        direction: Option<Direction>,
+        path: &Path,
+        before: Value,
+        after: Value,
+        mut security_flags: Vec<SecurityFlag>,
+    ) -> &mut SchemaChange {
+        if change_type == ChangeType::DescriptionChanged {
+            self.description_rewritten = true;
+        }
+        if self.description_rewritten {
+            self.flag_exfiltration_parameter(change_type, direction, path, &after, &mut security_flags);
+        }
+        let listing = &mut *self.listing;
+        listing.found += 1;
+        let kind = kind_of(classification, &security_flags);
+        let (listed, bytes) = &mut listing.listed[kind];
+        let size = self.tool.len() + 2 * path.text_len() + 2 * (text_len(&before) + text_len(&after));
+        let change = SchemaChange {
             change_type,
-            classification: classify(change_type, direction),
-            tool_name: self.tool.to_owned(),
-            param_name: path.param_name(),
-            path: path.render(),
+            classification,
+            tool_name: String::new(),
+            param_name: None,
+            path: String::new(),
             direction,
             before,
             after,
@@ -266,8 +379,21 @@ impl ToolDiffer<'_> {
             param_type: None,
             old_description: None,
             new_description: None,
+        };
+        if *listed > 0 && (*listed >= LISTED_CHANGES_PER_KIND || *bytes + size > LISTED_BYTES_PER_KIND) {
+            *listing.omitted.entry(classification).or_default() += 1;
+            return listing.unlisted.insert(change);
+        }
+        *listed += 1;
+        *bytes += size;
+        listing.changes.push(SchemaChange {
+            tool_name: self.tool.to_owned(),
+            param_name: path.param_name(),
+            path: path.render(),
+            ..change
         });
-        &mut self.changes[index]
+        let last = listing.changes.len() - 1;
+        &mut listing.changes[last]
     }
 
     /// A description (of the tool or of a schema) changed: WARNING, with both texts reviewed.
@@ -290,6 +416,7 @@ impl ToolDiffer<'_> {
     /// a label generated from the name: COMPATIBLE unless flagged.
     fn title(
         &mut self,
+        change_type: ChangeType,
         direction: Option<Direction>,
         path: &Path,
         before: Option<&Value>,
@@ -300,9 +427,7 @@ impl ToolDiffer<'_> {
         let rewritten = before.is_some() && after.is_some() && !in_schema;
         let classification =
             if rewritten || !flags.is_empty() { Classification::Warning } else { Classification::Compatible };
-        let change =
-            self.emit(ChangeType::TitleChanged, direction, path, or_null(before), or_null(after), flags);
-        change.classification = classification;
+        self.emit_as(change_type, classification, direction, path, or_null(before), or_null(after), flags);
     }
 
     fn review(&self, new: Option<&Value>, old: Option<&Value>) -> Vec<SecurityFlag> {
@@ -316,7 +441,7 @@ impl ToolDiffer<'_> {
     }
 
     fn tool(&mut self, old: &Map<String, Value>, new: &Map<String, Value>) {
-        let start = self.changes.len();
+        let start = self.listing.found;
         let root = Path::root();
         if old.get("description") != new.get("description") {
             self.description(
@@ -328,7 +453,7 @@ impl ToolDiffer<'_> {
             );
         }
         if old.get("title") != new.get("title") {
-            self.title(None, &root, old.get("title"), new.get("title"), false);
+            self.title(ChangeType::TitleChanged, None, &root, old.get("title"), new.get("title"), false);
         }
         self.annotations(old.get("annotations"), new.get("annotations"));
         self.execution(old.get("execution"), new.get("execution"));
@@ -375,8 +500,7 @@ impl ToolDiffer<'_> {
                 );
             }
         }
-        self.flag_exfiltration_parameter(start);
-        if self.changes.len() == start && differs_map(old, new) {
+        if self.listing.found == start && differs_map(old, new) {
             self.emit(ChangeType::SchemaChanged, None, &root, Value::Null, Value::Null, vec![]);
         }
     }
@@ -414,9 +538,8 @@ impl ToolDiffer<'_> {
                 _ => Classification::Warning,
             };
             let path = base.join(Segment::Property("taskSupport".into()));
-            let change =
-                self.emit(ChangeType::ExecutionChanged, None, &path, json!(before), json!(after), vec![]);
-            change.classification = classification;
+            let (before, after) = (json!(before), json!(after));
+            self.emit_as(ChangeType::ExecutionChanged, classification, None, &path, before, after, vec![]);
         }
         // Anything else under `execution` is newer than this version: metadata.
         let strip = |execution: Option<&Value>| {
@@ -439,30 +562,34 @@ impl ToolDiffer<'_> {
     }
 
     /// A new free-text parameter (note, context, …) arriving with a rewritten description is how a
-    /// poisoned tool asks the model to hand over what it knows.
-    fn flag_exfiltration_parameter(&mut self, start: usize) {
-        let changes = &mut self.changes[start..];
-        if !changes.iter().any(|c| c.change_type == ChangeType::DescriptionChanged) {
-            return;
-        }
-        for change in changes.iter_mut() {
-            let added =
-                matches!(change.change_type, ChangeType::OptionalParamAdded | ChangeType::RequiredParamAdded);
-            let top_level = change.direction == Some(Direction::Input) && !change.path.contains(['.', '[']);
-            let free_text = match change.after.get("type") {
-                None | Some(Value::Null) => true,
-                Some(Value::String(t)) => t == "string",
-                Some(_) => false,
-            };
-            let named = FREE_TEXT_PARAMETERS.contains(&change.path.to_lowercase().as_str());
-            if added && top_level && free_text && named {
-                let excerpt = format!("new parameter `{}` added with a description change", change.path);
-                change.security_flags.push(SecurityFlag {
-                    rule: security::EXFILTRATION_PARAMETER.to_owned(),
-                    severity: Severity::High,
-                    excerpt,
-                });
-            }
+    /// poisoned tool asks the model to hand over what it knows. Called for the tool's changes after its
+    /// description's (the first thing diffed).
+    fn flag_exfiltration_parameter(
+        &self,
+        change_type: ChangeType,
+        direction: Option<Direction>,
+        path: &Path,
+        after: &Value,
+        flags: &mut Vec<SecurityFlag>,
+    ) {
+        let added = matches!(change_type, ChangeType::OptionalParamAdded | ChangeType::RequiredParamAdded);
+        let name = match path.segments.as_slice() {
+            [Segment::Property(name)] if !name.contains(['.', '[']) => name,
+            _ => return,
+        };
+        let top_level = direction == Some(Direction::Input);
+        let free_text = match after.get("type") {
+            None | Some(Value::Null) => true,
+            Some(Value::String(t)) => t == "string",
+            Some(_) => false,
+        };
+        let named = FREE_TEXT_PARAMETERS.contains(&name.to_lowercase().as_str());
+        if added && top_level && free_text && named {
+            flags.push(SecurityFlag {
+                rule: security::EXFILTRATION_PARAMETER.to_owned(),
+                severity: Severity::High,
+                excerpt: format!("new parameter `{name}` added with a description change"),
+            });
         }
     }
 
@@ -500,10 +627,7 @@ impl ToolDiffer<'_> {
             }
             let path = base.join(Segment::Property(key.clone()));
             if key == "title" {
-                self.title(None, &path, before, after, false);
-                if let Some(change) = self.changes.last_mut() {
-                    change.change_type = ChangeType::AnnotationsChanged;
-                }
+                self.title(ChangeType::AnnotationsChanged, None, &path, before, after, false);
                 continue;
             }
             let effective =
@@ -513,17 +637,13 @@ impl ToolDiffer<'_> {
                 };
             let safety = key == "readOnlyHint" || key == "destructiveHint";
             let flags = if safety { std::mem::take(&mut risk) } else { Vec::new() };
-            let change = self.emit(
-                ChangeType::AnnotationsChanged,
-                None,
-                &path,
-                effective(before),
-                effective(after),
-                flags,
-            );
-            if !safety {
-                change.classification = Classification::Compatible;
-            }
+            let classification = if safety {
+                classify(ChangeType::AnnotationsChanged, None)
+            } else {
+                Classification::Compatible
+            };
+            let (before, after) = (effective(before), effective(after));
+            self.emit_as(ChangeType::AnnotationsChanged, classification, None, &path, before, after, flags);
         }
     }
 
@@ -533,12 +653,12 @@ impl ToolDiffer<'_> {
         if old == new {
             return;
         }
-        let start = self.changes.len();
+        let start = self.listing.found;
         if let (Some(old_map), Some(new_map)) = (old.as_object(), new.as_object()) {
             let (old_map, new_map) = lift_into_union(old_map, new_map);
             self.schema_object(&old_map, &new_map, direction, path);
         }
-        if self.changes.len() == start && differs(Some(old), Some(new)) {
+        if self.listing.found == start && differs(Some(old), Some(new)) {
             self.emit(ChangeType::SchemaChanged, Some(direction), path, old.clone(), new.clone(), vec![]);
         }
     }
@@ -573,7 +693,7 @@ impl ToolDiffer<'_> {
             self.description(ChangeType::ParamDescriptionChanged, Some(dir), path, before, after);
         }
         if old.get("title") != new.get("title") {
-            self.title(Some(dir), path, old.get("title"), new.get("title"), true);
+            self.title(ChangeType::TitleChanged, Some(dir), path, old.get("title"), new.get("title"), true);
         }
         self.schema_annotations(old, new, dir, path);
         self.restrictions(old, new, dir, path);
@@ -704,11 +824,15 @@ impl ToolDiffer<'_> {
                         ChangeType::ParamRemoved
                     };
                     let summary = param_summary(schema, was_required);
-                    let change = self.emit(kind, Some(dir), &child, summary, Value::Null, vec![]);
-                    if kind == ChangeType::ParamRemoved && dir == Direction::Input && closed {
-                        // Sending the old parameter is now an error: the schema forbids unknown properties.
-                        change.classification = Classification::Breaking;
-                    }
+                    let classification =
+                        if kind == ChangeType::ParamRemoved && dir == Direction::Input && closed {
+                            // Sending the old parameter is now an error: the schema forbids unknown properties.
+                            Classification::Breaking
+                        } else {
+                            classify(kind, Some(dir))
+                        };
+                    let change =
+                        self.emit_as(kind, classification, Some(dir), &child, summary, Value::Null, vec![]);
                     change.param_type = Some(param_type(schema));
                 }
                 (Some(before), Some(after)) => {

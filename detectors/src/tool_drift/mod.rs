@@ -24,7 +24,10 @@ use serde_json::Value;
 pub use canonical::{canonical_json, definition_hash, schema_hash, tools_hash};
 pub use classify::classify;
 pub use declared::{changed_declarations, declared_outputs, DeclaredOutput};
-pub use diff::{diff_indexed, diff_tools, review_tool};
+pub use diff::{
+    diff_indexed, diff_tools, diff_tools_listed, review_tool, ListedChanges, LISTED_BYTES_PER_KIND,
+    LISTED_CHANGES_PER_KIND,
+};
 pub use digest::{definition_digest, definition_text, DefinitionDigest, Written};
 pub use explain::consequence;
 pub use index::{IndexedList, IndexedTool, ToolIndex};
@@ -492,9 +495,9 @@ fn drift_event(
 ) -> SchemaDriftEvent {
     baseline.index();
     current.index();
-    let changes = match (baseline.list(), current.list()) {
+    let ListedChanges { changes, omitted } = match (baseline.list(), current.list()) {
         (Some(before), Some(after)) => diff_indexed(before, after),
-        _ => Vec::new(),
+        _ => ListedChanges::default(),
     };
     SchemaDriftEvent {
         id: derive_id(OutputKind::SchemaDriftEvent, &context.key(), context.position),
@@ -507,6 +510,7 @@ fn drift_event(
         max_classification: max_classification(&changes),
         max_severity: max_severity(&changes),
         changes,
+        omitted_changes: omitted,
         accepted_by: None,
         accepted_at: None,
         previous_tools: Arc::clone(&baseline.tools),
@@ -514,6 +518,8 @@ fn drift_event(
     }
 }
 
+/// The worst classification among `changes`: among all of a diff's changes when they are its listed ones
+/// (the first change of each kind of consequence is always listed).
 pub fn max_classification(changes: &[SchemaChange]) -> Option<Classification> {
     changes.iter().map(|c| c.classification).max()
 }
