@@ -38,6 +38,16 @@ pub fn diff_tools_listed(old: &[Value], new: &[Value]) -> ListedChanges {
 /// only for the others. Lists at most [`LISTED_CHANGES_PER_KIND`] changes (and
 /// [`LISTED_BYTES_PER_KIND`] of their text) of each kind of consequence and counts the rest.
 pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> ListedChanges {
+    diff_indexed_within(old, new, (LISTED_CHANGES_PER_KIND, LISTED_BYTES_PER_KIND))
+}
+
+/// [`diff_indexed`] listing at most `(changes, bytes)` of each kind of consequence (tests hold the
+/// listing to the whole).
+pub(crate) fn diff_indexed_within(
+    old: IndexedList<'_>,
+    new: IndexedList<'_>,
+    per_kind: (usize, usize),
+) -> ListedChanges {
     let tool_names = ToolNames::new(new.index.tools().iter().map(|t| t.name.to_string()).collect());
     // Both indexes are sorted by name: walked side by side, once.
     let pairs: Vec<(Option<&IndexedTool>, Option<&IndexedTool>)> =
@@ -62,7 +72,7 @@ pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> ListedChanges
     let still_added: HashSet<&str> =
         added.iter().enumerate().filter(|(i, _)| !taken.contains(i)).map(|(_, t)| &*t.name).collect();
 
-    let mut listing = Listing::default();
+    let mut listing = Listing { per_kind, ..Listing::default() };
     for pair in pairs {
         let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { continue };
         let mut differ = ToolDiffer {
@@ -126,6 +136,8 @@ const KINDS: usize = 3 * 4;
 
 #[derive(Default)]
 struct Listing {
+    /// At most this many changes and bytes listed per kind of consequence.
+    per_kind: (usize, usize),
     changes: Vec<SchemaChange>,
     /// Changes and bytes listed per kind of consequence.
     listed: [(usize, usize); KINDS],
@@ -380,7 +392,8 @@ impl ToolDiffer<'_> {
             old_description: None,
             new_description: None,
         };
-        if *listed > 0 && (*listed >= LISTED_CHANGES_PER_KIND || *bytes + size > LISTED_BYTES_PER_KIND) {
+        let (most, most_bytes) = listing.per_kind;
+        if *listed > 0 && (*listed >= most || *bytes + size > most_bytes) {
             *listing.omitted.entry(classification).or_default() += 1;
             return listing.unlisted.insert(change);
         }

@@ -1236,6 +1236,42 @@ proptest! {
     }
 
     #[test]
+    fn a_bounded_listing_is_the_whole_diff_cut_short_and_counted(
+        old in arb_tools(),
+        new in arb_tools(),
+        most in 1usize..4,
+        most_bytes in prop::sample::select(vec![0usize, 40, 400, usize::MAX]),
+    ) {
+        let (old, new) = (ToolsText::from_values(&old), ToolsText::from_values(&new));
+        let old_index = ToolIndex::new(&old);
+        let new_index = ToolIndex::reusing(&new, &[IndexedList { tools: &old, index: &old_index }]);
+        let (old, new) =
+            (IndexedList { tools: &old, index: &old_index }, IndexedList { tools: &new, index: &new_index });
+        let whole = diff::diff_indexed_within(old, new, (usize::MAX, usize::MAX));
+        prop_assert!(whole.omitted.is_empty());
+        let cut = diff::diff_indexed_within(old, new, (most, most_bytes));
+        // The listed changes are the whole diff's, in its order, and the rest are counted by classification.
+        let mut rest = whole.changes.iter();
+        for change in &cut.changes {
+            prop_assert!(rest.any(|c| c == change), "{:?} is not in the whole diff, in order", change);
+        }
+        let mut counted = cut.omitted.clone();
+        for change in &cut.changes {
+            *counted.entry(change.classification).or_default() += 1;
+        }
+        let mut all: std::collections::BTreeMap<Classification, u64> = Default::default();
+        for change in &whole.changes {
+            *all.entry(change.classification).or_default() += 1;
+        }
+        prop_assert_eq!(counted, all);
+        prop_assert_eq!(cut.total(), whole.total());
+        // The worst of everything is listed.
+        prop_assert_eq!(max_classification(&cut.changes), max_classification(&whole.changes));
+        prop_assert_eq!(max_severity(&cut.changes), max_severity(&whole.changes));
+        prop_assert_eq!(cut.changes.is_empty(), whole.changes.is_empty());
+    }
+
+    #[test]
     fn a_changed_hash_always_comes_with_a_change(old in arb_tools(), new in arb_tools()) {
         let changes = diff_tools(&old, &new);
         prop_assert_eq!(schema_hash(&old) != schema_hash(&new), !changes.is_empty(), "changes {:?}", render(&changes));
