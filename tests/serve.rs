@@ -346,6 +346,29 @@ fn one_project_never_sees_another() {
     assert_eq!((status, accepted["accepted"].as_bool()), (200, Some(true)), "{accepted}");
     assert!(accepted["accepted_by"].as_str().is_some_and(|by| by.starts_with("key:")));
     assert_eq!(alpha.get("/api/health/servers/private").1["status"], "UP");
+    // A second drift: a history within a budget of list text answers with the newest event's lists only;
+    // the older event alone has its lists, and only for its own project.
+    let third = json!([{"name": "a", "description": "now documented"}]);
+    assert_eq!(alpha.put_json("/api/servers/private/tools", &third).0, 202);
+    alpha.wait_for("/api/health/servers", "the second drift", |s| s[0]["status"] == "DEGRADED");
+    let (status, history) = alpha.get("/api/health/servers/private/drift-history?list_bytes=0");
+    assert_eq!(status, 200, "{history}");
+    let omitted: Vec<(bool, usize)> = history
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| (e["lists_omitted"] == true, e["previous_tools"].as_array().map_or(0, Vec::len)))
+        .collect();
+    assert_eq!(omitted, [(false, 2), (true, 0)], "{history}");
+    let older =
+        format!("/api/health/servers/private/drift-events/{}", history[1]["id"].as_str().expect("id"));
+    let (status, event) = alpha.get(&older);
+    assert_eq!((status, event["previous_tools"].as_array().map(Vec::len)), (200, Some(1)), "{event}");
+    assert!(event.get("lists_omitted").is_none(), "{event}");
+    assert_eq!(beta.get(&older).0, 404);
+    assert_eq!(alpha.get("/api/health/servers/private/drift-events/drift-0000").0, 404);
+    assert_eq!(alpha.get("/api/health/servers/private/drift-events/..%2F..%2Fx").0, 400);
+    assert_eq!(alpha.get("/api/health/servers/private/drift-history?list_bytes=40000000").0, 400);
     // Project settings are per project too.
     assert_eq!(
         alpha
@@ -481,6 +504,7 @@ fn openapi_describes_every_route() {
         "/api/health/servers",
         "/api/health/servers/{name}",
         "/api/health/servers/{name}/drift-history",
+        "/api/health/servers/{name}/drift-events/{id}",
         "/api/health/servers/{name}/drift-impact",
         "/api/health/servers/{name}/drift-accept",
         "/api/tools",

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use driftline_bus::{Message, Positions, Producer, SqliteBus, Topic};
-use driftline_schemas::{InputPosition, Timestamp};
+use driftline_schemas::{InputPosition, SchemaDriftEvent, Timestamp};
 use driftline_store::{
     Batch, BucketQuery, ClickHouseSettings, ClickHouseStore, DetectorState, ImpactQuery, QueryStore,
     SqliteStore, Store, Streams,
@@ -107,6 +107,14 @@ fn records() -> Vec<Message> {
     };
     records.push(tool_list("alpha", "wide", wide("a")));
     records.push(tool_list("alpha", "wide", wide("b")));
+    // Accepted, then back to the first list: a second event.
+    records.push(command(
+        Topic::ToolLists,
+        "alpha/wide",
+        json!({"command": "accept_baseline", "id": "cmd-accept-wide",
+        "project": "alpha", "server": "wide", "accepted_by": "key:0123abcd"}),
+    ));
+    records.push(tool_list("alpha", "wide", wide("a")));
     records.push(tool_list("alpha", "other", json!([])));
     records.push(command(
         Topic::ToolLists,
@@ -176,7 +184,7 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
     let mut servers = json!({});
     for server in ["srv", "other"] {
         servers[server] = json!({
-            "drift_history": store.drift_history(project, server, 10).await.expect("history"),
+            "drift_history": store.drift_history(project, server, 10, usize::MAX).await.expect("history"),
             "tool_schemas": store.tool_schemas(project, server).await.expect("schemas"),
         });
     }
@@ -206,7 +214,26 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
         let query = ImpactQuery { project, server: "srv", tool, hours: 24, now, high_risk_sessions: 2 };
         impact[tool] = json!(store.drift_impact(query).await.expect("impact"));
     }
+    // A history within a budget of list text: the newest event with its lists, the older without; the
+    // event alone has them, and only in its own project.
+    let lists = |event: &SchemaDriftEvent| {
+        json!([
+            event.lists_omitted,
+            event.previous_tools.len(),
+            event.current_tools.len(),
+            event.changes.len()
+        ])
+    };
+    let history = store.drift_history(project, "wide", 10, 1).await.expect("history");
+    let mut wide = json!({"history_within_one_byte": history.iter().map(lists).collect::<Vec<_>>()});
+    if let Some(older) = history.last() {
+        let alone = store.drift_event(project, "wide", &older.id).await.expect("event");
+        wide["older_event_alone"] = json!(alone.as_ref().map(lists));
+        let elsewhere = store.drift_event("beta", "wide", &older.id).await.expect("event");
+        wide["older_event_from_another_project"] = json!(elsewhere.as_ref().map(lists));
+    }
     json!({
+        "wide": wide,
         "servers": store.servers(project).await.expect("servers"),
         "per_server": servers,
         "tools": store.tools(project, 24, now).await.expect("tools"),

@@ -33,6 +33,7 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(servers))
         .routes(routes!(server))
         .routes(routes!(drift_history))
+        .routes(routes!(drift_event))
         .routes(routes!(drift_impact))
         .routes(routes!(drift_accept))
         .routes(routes!(server_tools))
@@ -79,7 +80,8 @@ async fn server(State(state): State<ApiState>, headers: HeaderMap, Path(name): P
 }
 
 #[utoipa::path(get, path = "/api/health/servers/{name}/drift-history", tag = "drift",
-    params(("name" = String, Path, description = "Server name"), ("limit" = Option<u32>, Query, description = "1-100, default 10")),
+    params(("name" = String, Path, description = "Server name"), ("limit" = Option<u32>, Query, description = "1-100, default 10"),
+        ("list_bytes" = Option<u32>, Query, description = "Tool-list text to answer with, newest events first (the newest event's always): 0 to 33554432, the default; older events come with `lists_omitted`")),
     responses((status = 200, description = "A bare array of events, newest first", body = Vec<SchemaDriftEvent>), (status = 400, body = ErrorBody)))]
 async fn drift_history(
     State(state): State<ApiState>,
@@ -89,8 +91,41 @@ async fn drift_history(
 ) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
-    let limit = Params(params).int("limit", 10, 1, 100)?;
-    ok(state.store.drift_history(&who.project, &name, limit).await.map_err(ApiError::store_unavailable)?)
+    let params = Params(params);
+    let limit = params.int("limit", 10, 1, 100)?;
+    let most = HISTORY_LIST_BYTES as u32;
+    let list_bytes = params.int("list_bytes", most, 0, most)? as usize;
+    let history = state.store.drift_history(&who.project, &name, limit, list_bytes);
+    ok(history.await.map_err(ApiError::store_unavailable)?)
+}
+
+/// The tool lists a drift history answers with: its newest events' up to this much stored text (the
+/// newest event's always), so that a server declaring large lists cannot make one answer hundreds of
+/// megabytes; older events come with `lists_omitted` and their lists from `drift-events/{id}`.
+pub const HISTORY_LIST_BYTES: usize = 32 << 20;
+
+#[utoipa::path(get, path = "/api/health/servers/{name}/drift-events/{id}", tag = "drift",
+    params(("name" = String, Path, description = "Server name"), ("id" = String, Path, description = "Event id, as in the drift history")),
+    responses((status = 200, description = "The event with both full tool lists", body = SchemaDriftEvent), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn drift_event(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path((name, id)): Path<(String, String)>,
+) -> Answer {
+    let who = state.auth.authorize(&headers, Scope::Read)?;
+    let name = server_name(&name)?;
+    // Ids are `drift-` and hex (derived from the input record); anything else names no event.
+    if id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return Err(ApiError::bad_request(
+            "id: an event id holds letters, digits, '-' and '_' (at most 128)",
+        ));
+    }
+    match state.store.drift_event(&who.project, &name, &id).await.map_err(ApiError::store_unavailable)? {
+        Some(event) => ok(event),
+        None => {
+            Err(ApiError::not_found(format!("no drift event {id:?} for server {name:?} in this project")))
+        }
+    }
 }
 
 #[utoipa::path(get, path = "/api/health/servers/{name}/drift-impact", tag = "drift",

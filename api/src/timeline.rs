@@ -137,7 +137,8 @@ async fn timeline(
     let buckets = state.store.call_buckets(query).await.map_err(ApiError::store_unavailable)?;
     let mut markers = Vec::new();
     let events =
-        state.store.drift_history(project, server, MAX_EVENTS).await.map_err(ApiError::store_unavailable)?;
+        // Markers need no tool lists.
+        state.store.drift_history(project, server, MAX_EVENTS, 0).await.map_err(ApiError::store_unavailable)?;
     for event in events.into_iter().filter(|e| e.detected_at >= from && e.detected_at < to) {
         let changes: Vec<_> =
             event.changes.iter().filter(|c| tool.is_none_or(|tool| c.tool_name == tool)).collect();

@@ -243,12 +243,25 @@ function eventCard(server, event, onAccepted) {
     }
   })).then((parts) => impactBox.replaceChildren(h('h3', {}, 'Affected agents (24h)'), ...parts));
 
+  const lists = (e) => [
+    h('div', {}, h('span', { class: 'box-label' }, 'BEFORE'), jsonNode(e.previous_tools)),
+    h('div', {}, h('span', { class: 'box-label' }, 'AFTER'), jsonNode(e.current_tools))];
+  // A long history answers with the lists of its newest events only: an older event's come on request.
   const schemas = h('div', { class: 'schemas', hidden: true },
-    h('div', {}, h('span', { class: 'box-label' }, 'BEFORE'), jsonNode(event.previous_tools)),
-    h('div', {}, h('span', { class: 'box-label' }, 'AFTER'), jsonNode(event.current_tools)));
-  const toggle = h('button', { type: 'button', 'aria-expanded': 'false', class: 'toggle-schemas', onclick: () => {
+    ...(event.lists_omitted ? [h('p', { class: 'loading' }, 'Loading…')] : lists(event)));
+  let pending = event.lists_omitted;
+  const toggle = h('button', { type: 'button', 'aria-expanded': 'false', class: 'toggle-schemas', onclick: async () => {
     schemas.hidden = !schemas.hidden;
     toggle.setAttribute('aria-expanded', String(!schemas.hidden));
+    if (!pending || schemas.hidden) return;
+    pending = false;
+    try {
+      const whole = await get(`/api/health/servers/${encodeURIComponent(server)}/drift-events/${encodeURIComponent(event.id)}`);
+      schemas.replaceChildren(...lists(whole));
+    } catch (err) {
+      pending = true;
+      schemas.replaceChildren(errorBox(err.message));
+    }
   } }, 'View full schemas (before/after)');
 
   const accept = event.status === 'open' ? h('button', { type: 'button', class: 'primary accept', onclick: async () => {

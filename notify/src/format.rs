@@ -215,6 +215,7 @@ mod tests {
             accepted_at: None,
             previous_tools: Default::default(),
             current_tools: Default::default(),
+            lists_omitted: false,
         }
     }
 

@@ -226,11 +226,25 @@ pub struct SchemaDriftEvent {
     /// Both full tool lists, for the "view full schemas" toggle (the texts the detector's state holds,
     /// shared, not copied: lists can be large).
     #[schema(value_type = Vec<Value>)]
-    #[serde(deserialize_with = "crate::tools_text::shared_from_any")]
+    #[serde(default, deserialize_with = "crate::tools_text::shared_from_any")]
     pub previous_tools: Arc<ToolsText>,
     #[schema(value_type = Vec<Value>)]
-    #[serde(deserialize_with = "crate::tools_text::shared_from_any")]
+    #[serde(default, deserialize_with = "crate::tools_text::shared_from_any")]
     pub current_tools: Arc<ToolsText>,
+    /// `previous_tools` and `current_tools` were left out of this answer (empty): a history answers with
+    /// the lists of its newest events only, up to a budget of text; the event alone has them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lists_omitted: bool,
+}
+
+impl SchemaDriftEvent {
+    /// Leaves the tool lists out (see `lists_omitted`).
+    pub fn without_lists(mut self) -> Self {
+        self.previous_tools = Arc::default();
+        self.current_tools = Arc::default();
+        self.lists_omitted = true;
+        self
+    }
 }
 
 /// Health of a server as seen by the tool-list detector (and probes, when configured).

@@ -1120,8 +1120,10 @@ impl QueryStore for ClickHouseStore {
         project: &str,
         server: &str,
         limit: u32,
+        list_bytes: usize,
     ) -> Result<Vec<SchemaDriftEvent>, StoreError> {
-        let rows: Vec<EventRow> = self
+        // Read row by row: only the events answered with their lists are held whole.
+        let mut rows = self
             .client
             .query(
                 "SELECT ?fields FROM schema_drift_events FINAL WHERE project = ? AND server_name = ?
@@ -1130,9 +1132,34 @@ impl QueryStore for ClickHouseStore {
             .bind(project)
             .bind(server)
             .bind(limit)
-            .fetch_all()
+            .fetch::<EventRow>()?;
+        let (mut events, mut read) = (Vec::new(), 0usize);
+        while let Some(row) = rows.next().await? {
+            read = read.saturating_add(row.event.len());
+            let event = row.into_event()?;
+            let within = events.is_empty() || read <= list_bytes;
+            events.push(if within { event } else { event.without_lists() });
+        }
+        Ok(events)
+    }
+
+    async fn drift_event(
+        &self,
+        project: &str,
+        server: &str,
+        id: &str,
+    ) -> Result<Option<SchemaDriftEvent>, StoreError> {
+        let row: Option<EventRow> = self
+            .client
+            .query(
+                "SELECT ?fields FROM schema_drift_events FINAL WHERE project = ? AND server_name = ? AND id = ?",
+            )
+            .bind(project)
+            .bind(server)
+            .bind(id)
+            .fetch_optional()
             .await?;
-        rows.into_iter().map(EventRow::into_event).collect()
+        row.map(EventRow::into_event).transpose()
     }
 
     async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError> {

@@ -223,12 +223,23 @@ pub trait DetectorStore: Send + Sync {
 #[async_trait]
 pub trait QueryStore: Send + Sync {
     async fn servers(&self, project: &str) -> Result<Vec<ServerHealth>, StoreError>;
+    /// A server's drift events, newest first. Events carry their tool lists while the stored text of the
+    /// events read so far stays within `list_bytes` (the newest always does); older ones come
+    /// [`SchemaDriftEvent::without_lists`], so a history of large lists is not read into memory whole.
     async fn drift_history(
         &self,
         project: &str,
         server: &str,
         limit: u32,
+        list_bytes: usize,
     ) -> Result<Vec<SchemaDriftEvent>, StoreError>;
+    /// One drift event of a server, with its tool lists.
+    async fn drift_event(
+        &self,
+        project: &str,
+        server: &str,
+        id: &str,
+    ) -> Result<Option<SchemaDriftEvent>, StoreError>;
     async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError>;
     async fn tool_schemas(&self, project: &str, server: &str) -> Result<Vec<ToolSchema>, StoreError>;
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError>;

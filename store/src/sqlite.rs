@@ -330,6 +330,23 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
 
 /// A call identity as stored: its 16 bytes when it is the 32 hex digits a call's identity is, else the text
 /// itself (SQLite never finds text equal to a blob, so the two cannot meet).
+/// A text column, borrowed from the row.
+fn text_at<'r>(row: &'r rusqlite::Row<'_>, column: usize) -> Result<&'r str, rusqlite::Error> {
+    row.get_ref(column)?.as_str().map_err(|err| {
+        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, Box::new(err))
+    })
+}
+
+/// A stored event (`event, status, accepted_by, accepted_at`): the JSON is the event as detected, the
+/// lifecycle columns are updated in place.
+fn event_from_row(json: &str, row: &rusqlite::Row<'_>) -> Result<SchemaDriftEvent, StoreError> {
+    let mut event: SchemaDriftEvent = serde_json::from_str(json)?;
+    event.status = parse_name(&row.get::<_, String>(1)?)?;
+    event.accepted_by = row.get(2)?;
+    event.accepted_at = row.get::<_, Option<i64>>(3)?.map(timestamp).transpose()?;
+    Ok(event)
+}
+
 fn identity_key(identity: &str) -> rusqlite::types::Value {
     let mut bytes = [0u8; 16];
     match hex::decode_to_slice(identity, &mut bytes) {
@@ -748,6 +765,7 @@ impl QueryStore for SqliteStore {
         project: &str,
         server: &str,
         limit: u32,
+        list_bytes: usize,
     ) -> Result<Vec<SchemaDriftEvent>, StoreError> {
         let (project, server) = (project.to_owned(), server.to_owned());
         self.read(move |connection| {
@@ -755,25 +773,39 @@ impl QueryStore for SqliteStore {
                 "SELECT event, status, accepted_by, accepted_at FROM schema_drift_events
                  WHERE project = ?1 AND server_name = ?2 ORDER BY detected_at DESC, id DESC LIMIT ?3",
             )?;
-            let rows = select.query_map(params![project, server, limit], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, Option<String>>(2)?,
-                    row.get::<_, Option<i64>>(3)?,
-                ))
-            })?;
-            let mut events = Vec::new();
-            for row in rows {
-                let (json, status, accepted_by, accepted_at) = row?;
-                let mut event: SchemaDriftEvent = serde_json::from_str(&json)?;
-                // The lifecycle columns are updated in place; the stored JSON is the event as detected.
-                event.status = parse_name(&status)?;
-                event.accepted_by = accepted_by;
-                event.accepted_at = accepted_at.map(timestamp).transpose()?;
-                events.push(event);
+            let mut rows = select.query(params![project, server, limit])?;
+            let (mut events, mut read) = (Vec::new(), 0usize);
+            // One row at a time, its text borrowed from SQLite: only the events answered with their lists
+            // are held whole.
+            while let Some(row) = rows.next()? {
+                let json = text_at(row, 0)?;
+                read = read.saturating_add(json.len());
+                let event = event_from_row(json, row)?;
+                let within = events.is_empty() || read <= list_bytes;
+                events.push(if within { event } else { event.without_lists() });
             }
             Ok(events)
+        })
+        .await
+    }
+
+    async fn drift_event(
+        &self,
+        project: &str,
+        server: &str,
+        id: &str,
+    ) -> Result<Option<SchemaDriftEvent>, StoreError> {
+        let (project, server, id) = (project.to_owned(), server.to_owned(), id.to_owned());
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT event, status, accepted_by, accepted_at FROM schema_drift_events
+                 WHERE project = ?1 AND server_name = ?2 AND id = ?3",
+            )?;
+            let mut rows = select.query(params![project, server, id])?;
+            match rows.next()? {
+                Some(row) => Ok(Some(event_from_row(text_at(row, 0)?, row)?)),
+                None => Ok(None),
+            }
         })
         .await
     }

@@ -572,3 +572,22 @@ test('an event with more changes than it lists counts the rest, on its card and 
   assert.deepEqual(await page.locator('#summary-chips .chip').allInnerTexts(), ['1100 breaking', '1100 compatible']);
   await page.close();
 });
+
+test('an event the history answered without its lists fetches them when its schemas are opened', async () => {
+  const page = await newPage();
+  // As a long history answers for its older events: lists left out.
+  await page.route('**/drift-history?*', async (route) => {
+    const events = await (await route.fetch()).json();
+    await route.fulfill({ json: events.map((e) => ({ ...e, previous_tools: [], current_tools: [], lists_omitted: true })) });
+  });
+  const fetched = page.waitForResponse((r) => r.url().includes('/api/health/servers/wide-mcp/drift-events/'));
+  await page.goto(`${url}/#/servers/wide-mcp/drift`);
+  await page.locator('article.event button.toggle-schemas').click();
+  assert.equal((await fetched).status(), 200);
+  const schemas = page.locator('article.event .schemas');
+  await schemas.locator('.box-label').first().waitFor();
+  assert.deepEqual(await schemas.locator('.box-label').allInnerTexts(), ['BEFORE', 'AFTER']);
+  assert.match(await schemas.innerText(), /a1099/);
+  assert.match(await schemas.innerText(), /b1099/);
+  await page.close();
+});

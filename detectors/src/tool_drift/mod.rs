@@ -515,6 +515,7 @@ fn drift_event(
         accepted_at: None,
         previous_tools: Arc::clone(&baseline.tools),
         current_tools: Arc::clone(&current.tools),
+        lists_omitted: false,
     }
 }
 
