@@ -106,6 +106,7 @@ fn records() -> Vec<Message> {
             "properties": {"mode": {"type": "string", "enum": values}}}}])
     };
     records.push(tool_list("alpha", "wide", wide("a")));
+    records.push(span_of("alpha", "wide", "pick", 0, "w0", json!("a1")));
     records.push(tool_list("alpha", "wide", wide("b")));
     // Accepted, then back to the first list: a second event.
     records.push(command(
@@ -214,6 +215,9 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
         let query = ImpactQuery { project, server: "srv", tool, hours: 24, now, high_risk_sessions: 2 };
         impact[tool] = json!(store.drift_impact(query).await.expect("impact"));
     }
+    // A tool with an open breaking change: its caller is at risk.
+    let query = ImpactQuery { project, server: "wide", tool: "pick", hours: 24, now, high_risk_sessions: 2 };
+    impact["wide/pick"] = json!(store.drift_impact(query).await.expect("impact"));
     // A history within a budget of list text: the newest event with its lists, the older without; the
     // event alone has them, and only in its own project.
     let lists = |event: &SchemaDriftEvent| {

@@ -1165,7 +1165,7 @@ impl QueryStore for ClickHouseStore {
     async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError> {
         let events: Vec<String> = self
             .client
-            .query("SELECT event FROM schema_drift_events FINAL WHERE project = ? AND server_name = ? AND status = 'open'")
+            .query("SELECT changes FROM schema_drift_events FINAL WHERE project = ? AND server_name = ? AND status = 'open'")
             .bind(query.project)
             .bind(query.server)
             .fetch_all()

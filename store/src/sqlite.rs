@@ -817,7 +817,8 @@ impl QueryStore for SqliteStore {
         let (events, rows) = self
             .read(move |connection| {
                 let mut select = connection.prepare_cached(
-                    "SELECT event FROM schema_drift_events WHERE project = ?1 AND server_name = ?2 AND status = 'open'",
+                    "SELECT json_extract(event, '$.changes') FROM schema_drift_events
+                     WHERE project = ?1 AND server_name = ?2 AND status = 'open'",
                 )?;
                 let events: Vec<String> =
                     select.query_map(params![project, server], |row| row.get(0))?.collect::<Result<_, _>>()?;

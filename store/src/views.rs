@@ -7,7 +7,7 @@ use driftline_schemas::api::{
     ToolConsumer, ToolOutcomeStats, ToolShape, ToolSummary, NO_RECENT_CALLERS,
 };
 use driftline_schemas::{
-    Classification, SchemaDriftEvent, ShapeDriftSignal, ShapeOutcome, SignalKind, Timestamp,
+    Classification, SchemaChange, ShapeDriftSignal, ShapeOutcome, SignalKind, Timestamp,
 };
 use serde_json::Value;
 
@@ -309,17 +309,18 @@ pub(crate) fn return_value_stats(
 /// Per-agent use of a tool: (agent, sessions, calls, errors, average latency, last call ms).
 pub(crate) type AgentStats = (String, u64, u64, u64, f64, i64);
 
-/// The impact view of a tool: its callers, rated by the worst open change (as stored JSON events) touching it.
+/// The impact view of a tool: its callers, rated by the worst open change touching it (`open_changes`: the
+/// stored JSON array of each open event's changes — not the events, whose tool lists can be large).
 pub(crate) fn drift_impact(
     query: &ImpactQuery<'_>,
-    open_events: Vec<String>,
+    open_changes: Vec<String>,
     agents: Vec<AgentStats>,
     total_sessions: u64,
 ) -> Result<DriftImpact, StoreError> {
     let mut worst: Option<Classification> = None;
-    for json in open_events {
-        let event: SchemaDriftEvent = serde_json::from_str(&json)?;
-        for change in event.changes.iter().filter(|c| c.tool_name == query.tool) {
+    for json in open_changes {
+        let changes: Vec<SchemaChange> = serde_json::from_str(&json)?;
+        for change in changes.iter().filter(|c| c.tool_name == query.tool) {
             worst = worst.max(Some(change.classification));
         }
     }
