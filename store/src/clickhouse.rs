@@ -1133,14 +1133,11 @@ impl QueryStore for ClickHouseStore {
             .bind(server)
             .bind(limit)
             .fetch::<EventRow>()?;
-        let (mut events, mut read) = (Vec::new(), 0usize);
+        let mut history = views::History::new(list_bytes);
         while let Some(row) = rows.next().await? {
-            read = read.saturating_add(row.event.len());
-            let event = row.into_event()?;
-            let within = events.is_empty() || read <= list_bytes;
-            events.push(if within { event } else { event.without_lists() });
+            history.push(row.event.len(), row.into_event()?);
         }
-        Ok(events)
+        Ok(history.into_events())
     }
 
     async fn drift_event(

@@ -774,17 +774,14 @@ impl QueryStore for SqliteStore {
                  WHERE project = ?1 AND server_name = ?2 ORDER BY detected_at DESC, id DESC LIMIT ?3",
             )?;
             let mut rows = select.query(params![project, server, limit])?;
-            let (mut events, mut read) = (Vec::new(), 0usize);
             // One row at a time, its text borrowed from SQLite: only the events answered with their lists
             // are held whole.
+            let mut history = views::History::new(list_bytes);
             while let Some(row) = rows.next()? {
                 let json = text_at(row, 0)?;
-                read = read.saturating_add(json.len());
-                let event = event_from_row(json, row)?;
-                let within = events.is_empty() || read <= list_bytes;
-                events.push(if within { event } else { event.without_lists() });
+                history.push(json.len(), event_from_row(json, row)?);
             }
-            Ok(events)
+            Ok(history.into_events())
         })
         .await
     }

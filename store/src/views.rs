@@ -7,7 +7,7 @@ use driftline_schemas::api::{
     ToolConsumer, ToolOutcomeStats, ToolShape, ToolSummary, NO_RECENT_CALLERS,
 };
 use driftline_schemas::{
-    Classification, SchemaChange, ShapeDriftSignal, ShapeOutcome, SignalKind, Timestamp,
+    Classification, SchemaChange, SchemaDriftEvent, ShapeDriftSignal, ShapeOutcome, SignalKind, Timestamp,
 };
 use serde_json::Value;
 
@@ -303,6 +303,32 @@ pub(crate) fn return_value_stats(
         truncation_rate: rate(totals.truncated_sentinel, totals.successful_calls),
         totals,
         tools,
+    }
+}
+
+/// A drift history being answered, newest event first: events keep their tool lists while the stored
+/// text read so far stays within `list_bytes` (the newest always keeps them); the rest come
+/// [`SchemaDriftEvent::without_lists`]. Both stores read rows one at a time into it.
+pub(crate) struct History {
+    events: Vec<SchemaDriftEvent>,
+    read: usize,
+    list_bytes: usize,
+}
+
+impl History {
+    pub(crate) fn new(list_bytes: usize) -> Self {
+        History { events: Vec::new(), read: 0, list_bytes }
+    }
+
+    /// The next older event, read from `stored_bytes` of stored text.
+    pub(crate) fn push(&mut self, stored_bytes: usize, event: SchemaDriftEvent) {
+        self.read = self.read.saturating_add(stored_bytes);
+        let within = self.events.is_empty() || self.read <= self.list_bytes;
+        self.events.push(if within { event } else { event.without_lists() });
+    }
+
+    pub(crate) fn into_events(self) -> Vec<SchemaDriftEvent> {
+        self.events
     }
 }
 
