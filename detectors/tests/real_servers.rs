@@ -9,10 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use driftline_detectors::tool_drift::{
-    canonical_json, definition_text, diff_tools, normalize_tool, schema_hash, Written,
+    canonical_json, definition_text, diff_tools, entry_digest, normalize_tool, schema_hash, Written,
 };
 use driftline_schemas::{ChangeType, Classification, SchemaChange};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/real")
@@ -146,7 +147,7 @@ fn verdicts_on_real_releases_match_the_reviewers() {
 #[test]
 fn real_tools_are_hashed_as_their_normal_form() {
     let (mut tools, mut direct) = (0usize, 0usize);
-    let mut text = String::new();
+    let (mut text, mut scratch) = (String::new(), String::new());
     let servers = std::fs::read_dir(corpus().join("lists")).expect("tests/real/lists");
     for server in servers.map(|entry| entry.expect("a server").path()) {
         for version in
@@ -160,7 +161,11 @@ fn real_tools_are_hashed_as_their_normal_form() {
                 list.as_array().map_or(&[], Vec::as_slice),
             );
             assert_eq!(within, Ok(()), "{}", version.display());
-            for tool in list.as_array().into_iter().flatten() {
+            // The tools' texts as captured (members in the server's order, its escapes).
+            let file = std::fs::read_to_string(&version).expect("a list");
+            let texts = driftline_schemas::ToolsText::parse(&file).expect("a list's entries");
+            assert_eq!(Some(texts.len()), list.as_array().map(Vec::len), "{}", version.display());
+            for (tool, entry) in list.as_array().into_iter().flatten().zip(texts.entries()) {
                 let Some(object) = tool.as_object() else { continue };
                 let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
                 tools += 1;
@@ -169,6 +174,14 @@ fn real_tools_are_hashed_as_their_normal_form() {
                 }
                 let normal = canonical_json(&Value::Object(normalize_tool(name, object).definition));
                 assert_eq!(text, normal, "{}: tool {name}", version.display());
+                // Read from its text, as the index reads it, the tool has the digest of its normal form.
+                let digest: [u8; 32] = Sha256::digest(normal.as_bytes()).into();
+                assert_eq!(
+                    entry_digest(entry, &mut scratch),
+                    Some((name.to_owned(), digest)),
+                    "{}: tool {name}",
+                    version.display()
+                );
             }
         }
     }

@@ -1,12 +1,14 @@
 //! Tool-list normalise, hash and diff on any JSON: `[old, new]` (two lists) or one list (diffed with
 //! itself). Never panics; a list never differs from itself; equal hashes mean no change; every tool's
-//! definition is written alike straight from the declaration and from its normal form. Every declared
+//! definition is written alike straight from the declaration and from its normal form, and digested alike
+//! from its text as sent (members in any order, repeated, escaped) and from its value. Every declared
 //! output schema compiles and checks shapes without panicking, the same way twice.
 #![no_main]
 
 use driftline_detectors::contract::CompiledOutput;
 use driftline_detectors::tool_drift::{
-    canonical_json, check_tool_list, declared_outputs, definition_text, diff_tools, normalize_tool, schema_hash,
+    canonical_json, check_tool_list, declared_outputs, definition_digest, definition_text, diff_tools, entry_digest,
+    normalize_tool, schema_hash,
 };
 use driftline_schemas::{ToolListLimits, ToolsText};
 use libfuzzer_sys::fuzz_target;
@@ -30,6 +32,17 @@ fuzz_target!(|data: &[u8]| {
         definition_text(name, object, &mut text);
         let normal = canonical_json(&Value::Object(normalize_tool(name, object).definition));
         assert_eq!(text, normal, "the hash and the diff read one normal form");
+    }
+    // The input's own text, as the detector holds lists: each entry digested from its text.
+    if let Some(entries) = std::str::from_utf8(data).ok().and_then(|text| ToolsText::parse(text).ok()) {
+        for entry in entries.entries() {
+            let Ok(value) = serde_json::from_str::<Value>(entry.get()) else { continue };
+            let expected = value.as_object().and_then(|object| {
+                let name = object.get("name")?.as_str()?;
+                Some((name.to_owned(), definition_digest(name, object, &mut text)))
+            });
+            assert_eq!(entry_digest(entry, &mut text), expected, "a tool's text digests as its value");
+        }
     }
     let (old_hash, new_hash) = (schema_hash(&old), schema_hash(&new));
     assert_eq!(old_hash, schema_hash(&old), "the hash is deterministic");

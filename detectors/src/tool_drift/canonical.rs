@@ -43,8 +43,18 @@ fn write_canonical(out: &mut String, value: &Value) {
 /// A number as JCS writes it: serde_json holds finite numbers only; big integers round to the nearest
 /// double, as JCS says.
 pub(super) fn write_number(out: &mut String, number: &serde_json::Number) {
-    let float = number.as_f64().unwrap_or(0.0);
-    out.push_str(ryu_js::Buffer::new().format_finite(float));
+    write_float(out, number.as_f64().unwrap_or(0.0));
+}
+
+/// A finite number as JCS writes it.
+pub(super) fn write_float(out: &mut String, number: f64) {
+    // Whole numbers below 2^53 (most numbers of a schema: bounds, lengths) print as their digits in
+    // ECMAScript too (`-0` as `0`); the shortest-digits algorithm is for the rest.
+    if number.fract() == 0.0 && number.abs() < 9_007_199_254_740_992.0 {
+        out.push_str(itoa::Buffer::new().format(number as i64));
+    } else {
+        out.push_str(ryu_js::Buffer::new().format_finite(number));
+    }
 }
 
 /// An object's members in JCS order, with one more string member (`name`, kept apart from a tool's
@@ -204,6 +214,7 @@ pub fn schema_hash(tools: &[Value]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::strategy::Strategy;
     use serde_json::json;
 
     use super::*;
@@ -239,6 +250,21 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Whole numbers take a shortcut; every number still reads as ECMAScript prints it.
+        #[test]
+        fn numbers_as_ecmascript_prints_them(
+            number in proptest::prop_oneof![
+                proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO,
+                (-9_007_199_254_740_993i64..9_007_199_254_740_993).prop_map(|n| n as f64),
+                (-1e22f64..1e22).prop_map(f64::trunc),
+            ]
+        ) {
+            let mut out = String::new();
+            write_float(&mut out, number);
+            let mut buffer = ryu_js::Buffer::new();
+            proptest::prop_assert_eq!(out.as_str(), buffer.format_finite(number));
+        }
+
         /// Strings are written eight bytes at a time where nothing needs an escape; whatever the mix,
         /// the text is serde_json's.
         #[test]

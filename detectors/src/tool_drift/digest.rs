@@ -7,13 +7,18 @@
 //! definition straight from the declaration. Anything else — a `$ref`, a union, `const`, exclusive bounds,
 //! a `type` list, a key beyond the Basic Multilingual Plane — is handed to the normal form
 //! ([`normalize_tool`]). The property tests and every real server's list hold both to the same bytes.
+//!
+//! The writer reads a [`Node`]: borrowed from a tool's text as a list holds it ([`entry_digest`], no
+//! `Value` built) or from a `Value` ([`definition_text`]); both are read alike.
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::canonical::{write_number, write_object, write_string};
+use super::canonical::{write_float, write_object, write_string};
+use super::node::{self, Node, Object};
 use super::normal::{
-    is_layout_free, layout_free, mentions_ref, needs_escape, normalize_tool, quoted_cmp, ANNOTATION_DEFAULTS,
+    is_layout_free, layout_free, needs_escape, normalize_tool, quoted_cmp, tool_of, ANNOTATION_DEFAULTS,
     SAFE_INTEGER, WRITE_ONLY_HINTS,
 };
 
@@ -32,7 +37,7 @@ pub enum Written {
 /// The canonical JSON of a tool's normal definition, into `out` (cleared first).
 pub fn definition_text(name: &str, tool: &Map<String, Value>, out: &mut String) -> Written {
     out.clear();
-    if (Writer { out: &mut *out }).tool(tool).is_ok() {
+    if (Writer { out: &mut *out }).tool(&Object::of_map(tool)).is_ok() {
         return Written::Directly;
     }
     out.clear();
@@ -44,6 +49,25 @@ pub fn definition_text(name: &str, tool: &Map<String, Value>, out: &mut String) 
 pub fn definition_digest(name: &str, tool: &Map<String, Value>, scratch: &mut String) -> DefinitionDigest {
     definition_text(name, tool, scratch);
     Sha256::digest(scratch.as_bytes()).into()
+}
+
+/// A list entry's tool name and [`DefinitionDigest`] read from its text — as [`definition_digest`] of the
+/// entry parsed, without building a `Value` where the writer can read the text itself; `None` for an entry
+/// that is no tool (not an object with a string `name`).
+pub fn entry_digest(entry: &RawValue, scratch: &mut String) -> Option<(String, DefinitionDigest)> {
+    let from_value = |scratch: &mut String| {
+        let value: Value = serde_json::from_str(entry.get()).ok()?;
+        let (name, object) = tool_of(&value)?;
+        Some((name.to_owned(), definition_digest(name, object, scratch)))
+    };
+    let Some(node) = node::parse(entry.get()) else { return from_value(scratch) };
+    let Node::Object(tool) = &node else { return None };
+    let Some(Node::String(name)) = tool.get("name") else { return None };
+    scratch.clear();
+    if (Writer { out: &mut *scratch }).tool(tool).is_err() {
+        return from_value(scratch);
+    }
+    Some((name.to_string(), Sha256::digest(scratch.as_bytes()).into()))
 }
 
 /// The declaration holds something only the normal form handles.
@@ -97,11 +121,11 @@ fn unsupported_key(key: &str, in_schema: bool) -> bool {
 }
 
 /// An order-free list of names, sorted and without repeats, when every item is a string needing no escape.
-fn plain_sorted(items: &[Value]) -> Result<Vec<&str>, Unsupported> {
+fn plain_sorted<'n>(items: &'n [Node<'_>]) -> Result<Vec<&'n str>, Unsupported> {
     let mut names = Vec::with_capacity(items.len());
     for item in items {
         match item {
-            Value::String(text) if !text.bytes().any(needs_escape) => names.push(text.as_str()),
+            Node::String(text) if !text.bytes().any(needs_escape) => names.push(&**text),
             _ => return Err(Unsupported),
         }
     }
@@ -113,24 +137,24 @@ fn plain_sorted(items: &[Value]) -> Result<Vec<&str>, Unsupported> {
 }
 
 impl Writer<'_> {
-    fn tool(&mut self, tool: &Map<String, Value>) -> Direct {
+    fn tool(&mut self, tool: &Object<'_>) -> Direct {
         let mut members = Members::open();
         // MCP's default input schema, where the declaration has none.
         let mut input_pending = true;
-        for (key, value) in tool {
+        for (key, value) in tool.iter() {
             if unsupported_key(key, false) {
                 return Err(Unsupported);
             }
-            if input_pending && key.as_str() > "inputSchema" {
+            if input_pending && key > "inputSchema" {
                 members.key(self.out, "inputSchema");
                 self.out.push_str(r#"{"type":"object"}"#);
                 input_pending = false;
             }
-            if key == "name" || key == "_meta" || value.is_null() {
+            if key == "name" || key == "_meta" || *value == Node::Null {
                 continue;
             }
-            match (key.as_str(), value) {
-                ("description" | "title", Value::String(text)) => {
+            match (key, value) {
+                ("description" | "title", Node::String(text)) => {
                     members.key(self.out, key);
                     self.text(text);
                 }
@@ -138,18 +162,18 @@ impl Writer<'_> {
                     input_pending &= key != "inputSchema";
                     members.key(self.out, key);
                     match value {
-                        Value::Object(schema) => self.schema_object(schema, true)?,
+                        Node::Object(schema) => self.schema_object(schema, true)?,
                         other => self.verbatim(other, true)?,
                     }
                 }
-                ("annotations", Value::Object(annotations)) => {
+                ("annotations", Node::Object(annotations)) => {
                     let mark = members.mark(self.out);
                     members.key(self.out, key);
                     if !self.annotations(annotations)? {
                         members.take_back(self.out, mark);
                     }
                 }
-                ("execution", Value::Object(execution)) => {
+                ("execution", Node::Object(execution)) => {
                     let mark = members.mark(self.out);
                     members.key(self.out, key);
                     if !self.execution(execution)? {
@@ -180,22 +204,23 @@ impl Writer<'_> {
     }
 
     /// Hints by effective value; false when none is left (the member is dropped).
-    fn annotations(&mut self, annotations: &Map<String, Value>) -> Result<bool, Unsupported> {
-        let read_only = annotations.get("readOnlyHint") == Some(&Value::Bool(true));
+    fn annotations(&mut self, annotations: &Object<'_>) -> Result<bool, Unsupported> {
+        let read_only = annotations.get("readOnlyHint") == Some(&Node::Bool(true));
         let mut members = Members::open();
-        for (key, value) in annotations {
+        for (key, value) in annotations.iter() {
             if unsupported_key(key, false) {
                 return Err(Unsupported);
             }
-            let at_default =
-                ANNOTATION_DEFAULTS.iter().any(|(hint, default)| key == hint && *value == *default);
-            let moot = read_only && WRITE_ONLY_HINTS.contains(&key.as_str());
-            if value.is_null() || at_default || moot {
+            let at_default = ANNOTATION_DEFAULTS
+                .iter()
+                .any(|(hint, default)| key == *hint && *value == Node::Bool(*default));
+            let moot = read_only && WRITE_ONLY_HINTS.contains(&key);
+            if *value == Node::Null || at_default || moot {
                 continue;
             }
             members.key(self.out, key);
-            match (key.as_str(), value) {
-                ("title", Value::String(text)) => self.text(text),
+            match (key, value) {
+                ("title", Node::String(text)) => self.text(text),
                 _ => self.verbatim(value, false)?,
             }
         }
@@ -205,13 +230,15 @@ impl Writer<'_> {
     }
 
     /// `execution` without its default; false when nothing is left.
-    fn execution(&mut self, execution: &Map<String, Value>) -> Result<bool, Unsupported> {
+    fn execution(&mut self, execution: &Object<'_>) -> Result<bool, Unsupported> {
         let mut members = Members::open();
-        for (key, value) in execution {
+        for (key, value) in execution.iter() {
             if unsupported_key(key, false) {
                 return Err(Unsupported);
             }
-            if value.is_null() || (key == "taskSupport" && *value == "forbidden") {
+            if *value == Node::Null
+                || (key == "taskSupport" && matches!(value, Node::String(s) if s == "forbidden"))
+            {
                 continue;
             }
             members.key(self.out, key);
@@ -223,54 +250,54 @@ impl Writer<'_> {
     }
 
     /// A value where a schema sits: objects are schemas, anything else stays as it is.
-    fn schema(&mut self, value: &Value) -> Direct {
+    fn schema(&mut self, value: &Node<'_>) -> Direct {
         match value {
-            Value::Object(schema) => self.schema_object(schema, false),
+            Node::Object(schema) => self.schema_object(schema, false),
             other => self.verbatim(other, true),
         }
     }
 
     /// A schema object as `normalize_in_place` leaves it (a root schema also says `type: object` unless it
     /// says another type).
-    fn schema_object(&mut self, schema: &Map<String, Value>, root: bool) -> Direct {
+    fn schema_object(&mut self, schema: &Object<'_>, root: bool) -> Direct {
         let declared = schema.get("type");
-        if matches!(declared, Some(Value::Array(_))) {
+        if matches!(declared, Some(Node::Array(_))) {
             return Err(Unsupported);
         }
-        let integers = matches!(declared, Some(Value::String(t)) if t == "integer");
+        let integers = matches!(declared, Some(Node::String(t)) if t == "integer");
         // A root schema says `type: object` unless it says another type; an enum implies the type of its
         // values (a declared type other than a list stays as it is). `enum` sorts before `type`, so its
         // type is known before the place where `type` goes.
         let mut type_pending = (root && declared.is_none()).then_some("object");
         let mut members = Members::open();
-        for (key, value) in schema {
+        for (key, value) in schema.iter() {
             if unsupported_key(key, true) {
                 return Err(Unsupported);
             }
-            if let Some(implied) = type_pending.filter(|_| key.as_str() > "type") {
+            if let Some(implied) = type_pending.filter(|_| key > "type") {
                 members.key(self.out, "type");
                 write_string(self.out, implied);
                 type_pending = None;
             }
             let number = value.as_f64();
-            match (key.as_str(), value) {
+            match (key, value) {
                 // Dropped, unless they hold a reference (the normal form follows references wherever they sit).
                 (
                     "$schema" | "$id" | "$comment" | "$anchor" | "$dynamicAnchor" | "$defs" | "definitions",
                     _,
                 ) => {
-                    if mentions_ref(value) {
+                    if value.mentions_ref() {
                         return Err(Unsupported);
                     }
                 }
-                ("required", Value::Array(items)) => {
+                ("required", Node::Array(items)) => {
                     let names = plain_sorted(items)?;
                     if !names.is_empty() {
                         members.key(self.out, key);
                         self.names(&names);
                     }
                 }
-                ("enum", Value::Array(values)) => {
+                ("enum", Node::Array(values)) => {
                     let names = plain_sorted(values)?;
                     if declared.is_none() && !names.is_empty() {
                         type_pending = Some("string");
@@ -281,14 +308,14 @@ impl Writer<'_> {
                 ("allOf" | "anyOf" | "oneOf" | "const" | "exclusiveMinimum" | "exclusiveMaximum", _) => {
                     return Err(Unsupported);
                 }
-                ("properties" | "patternProperties" | "dependentSchemas", Value::Object(map)) => {
+                ("properties" | "patternProperties" | "dependentSchemas", Node::Object(map)) => {
                     if key == "properties" && map.is_empty() {
                         continue;
                     }
                     members.key(self.out, key);
                     self.schema_map(map)?;
                 }
-                ("prefixItems" | "items", Value::Array(items)) => {
+                ("prefixItems" | "items", Node::Array(items)) => {
                     members.key(self.out, key);
                     self.out.push('[');
                     for (index, item) in items.iter().enumerate() {
@@ -299,8 +326,8 @@ impl Writer<'_> {
                     }
                     self.out.push(']');
                 }
-                ("items" | "additionalProperties", Value::Bool(true)) => {}
-                ("items" | "additionalProperties" | "propertyNames", Value::Object(child)) => {
+                ("items" | "additionalProperties", Node::Bool(true)) => {}
+                ("items" | "additionalProperties" | "propertyNames", Node::Object(child)) => {
                     let mark = members.mark(self.out);
                     members.key(self.out, key);
                     let start = self.out.len();
@@ -327,24 +354,24 @@ impl Writer<'_> {
                     members.key(self.out, key);
                     self.schema(value)?;
                 }
-                ("description" | "title", Value::String(text)) => {
+                ("description" | "title", Node::String(text)) => {
                     members.key(self.out, key);
                     self.text(text);
                 }
                 // Bounds at or beyond the safe-integer limit constrain nothing; an integer schema's bounds
                 // are rewritten as integers (the same text when they are whole already).
-                ("minimum", Value::Number(_)) if number.is_some_and(|n| n <= -SAFE_INTEGER) => {}
-                ("maximum", Value::Number(_)) if number.is_some_and(|n| n >= SAFE_INTEGER) => {}
-                ("minimum" | "maximum", Value::Number(_))
+                ("minimum", Node::Number(_)) if number.is_some_and(|n| n <= -SAFE_INTEGER) => {}
+                ("maximum", Node::Number(_)) if number.is_some_and(|n| n >= SAFE_INTEGER) => {}
+                ("minimum" | "maximum", Node::Number(_))
                     if integers && number.is_some_and(|n| n.fract() != 0.0) =>
                 {
                     return Err(Unsupported);
                 }
-                ("maxLength" | "maxItems" | "maxProperties" | "maxContains", Value::Number(_))
+                ("maxLength" | "maxItems" | "maxProperties" | "maxContains", Node::Number(_))
                     if number.is_some_and(|n| n >= SAFE_INTEGER) => {}
                 // Keywords at their default say nothing.
                 ("minLength" | "minItems" | "minProperties", _) if number == Some(0.0) => {}
-                ("uniqueItems" | "deprecated" | "readOnly" | "writeOnly", Value::Bool(false)) => {}
+                ("uniqueItems" | "deprecated" | "readOnly" | "writeOnly", Node::Bool(false)) => {}
                 _ => {
                     members.key(self.out, key);
                     self.verbatim(value, true)?;
@@ -359,9 +386,9 @@ impl Writer<'_> {
         Ok(())
     }
 
-    fn schema_map(&mut self, map: &Map<String, Value>) -> Direct {
+    fn schema_map(&mut self, map: &Object<'_>) -> Direct {
         let mut members = Members::open();
-        for (name, schema) in map {
+        for (name, schema) in map.iter() {
             if unsupported_key(name, true) {
                 return Err(Unsupported);
             }
@@ -387,13 +414,13 @@ impl Writer<'_> {
     }
 
     /// A value the normal form keeps as it is, in canonical JSON.
-    fn verbatim(&mut self, value: &Value, in_schema: bool) -> Direct {
+    fn verbatim(&mut self, value: &Node<'_>, in_schema: bool) -> Direct {
         match value {
-            Value::Null => self.out.push_str("null"),
-            Value::Bool(b) => self.out.push_str(if *b { "true" } else { "false" }),
-            Value::Number(number) => write_number(self.out, number),
-            Value::String(text) => write_string(self.out, text),
-            Value::Array(items) => {
+            Node::Null => self.out.push_str("null"),
+            Node::Bool(b) => self.out.push_str(if *b { "true" } else { "false" }),
+            Node::Number(number) => write_float(self.out, *number),
+            Node::String(text) => write_string(self.out, text),
+            Node::Array(items) => {
                 self.out.push('[');
                 for (index, item) in items.iter().enumerate() {
                     if index > 0 {
@@ -403,9 +430,9 @@ impl Writer<'_> {
                 }
                 self.out.push(']');
             }
-            Value::Object(map) => {
+            Node::Object(map) => {
                 let mut members = Members::open();
-                for (key, item) in map {
+                for (key, item) in map.iter() {
                     if unsupported_key(key, in_schema) {
                         return Err(Unsupported);
                     }

@@ -10,7 +10,7 @@ use driftline_schemas::ToolsText;
 use sha2::{Digest, Sha256};
 
 use super::canonical::write_string;
-use super::digest::{definition_digest, DefinitionDigest};
+use super::digest::{definition_digest, entry_digest, DefinitionDigest};
 use super::normal::{normalize_tool, tool_of, NormalTool};
 
 /// One tool of an indexed list.
@@ -84,8 +84,8 @@ impl ToolIndex {
                     (text == declared).then_some(seen.definition)
                 });
                 let definition = reused.unwrap_or_else(|| {
-                    match tools.value(at).as_ref().and_then(tool_of) {
-                        Some((name, object)) => definition_digest(name, object, &mut scratch),
+                    match entry_digest(&entries[at], &mut scratch) {
+                        Some((_, definition)) => definition,
                         // Its name was read, so it parses: only a tool nested past serde_json's recursion
                         // limit (refused by the limits before any list is kept) lands here.
                         None => definition_digest(&name, &serde_json::Map::new(), &mut scratch),
@@ -97,15 +97,13 @@ impl ToolIndex {
         Self::of(indexed)
     }
 
-    /// A list with nothing to reuse: each tool parsed once, in list order, for its name and digest (and
-    /// dropped before the next: a list's values never exist whole).
+    /// A list with nothing to reuse: each tool read once from its text, in list order, for its name and
+    /// digest.
     fn fresh(tools: &ToolsText) -> Self {
         let mut scratch = String::new();
-        let mut indexed: Vec<IndexedTool> = (0..tools.len())
-            .filter_map(|at| {
-                let tool = tools.value(at)?;
-                let (name, object) = tool_of(&tool)?;
-                let definition = definition_digest(name, object, &mut scratch);
+        let mut indexed: Vec<IndexedTool> = (tools.entries().iter().enumerate())
+            .filter_map(|(at, entry)| {
+                let (name, definition) = entry_digest(entry, &mut scratch)?;
                 Some(IndexedTool { name: name.into(), at, definition })
             })
             .collect();

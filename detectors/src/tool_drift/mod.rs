@@ -7,6 +7,7 @@ mod diff;
 mod digest;
 mod explain;
 mod index;
+mod node;
 mod normal;
 pub(crate) mod refs;
 pub mod security;
@@ -28,7 +29,7 @@ pub use diff::{
     diff_indexed, diff_tools, diff_tools_listed, review_tool, ListedChanges, LISTED_BYTES_PER_KIND,
     LISTED_CHANGES_PER_KIND,
 };
-pub use digest::{definition_digest, definition_text, DefinitionDigest, Written};
+pub use digest::{definition_digest, definition_text, entry_digest, DefinitionDigest, Written};
 pub use explain::consequence;
 pub use index::{IndexedList, IndexedTool, ToolIndex};
 pub use normal::{

@@ -1481,6 +1481,71 @@ proptest! {
     }
 }
 
+/// A tool's text as a server might write it: members in reverse order, each object's last member also
+/// declared first as `0` (the later wins), `o` and `s` escaped in every string and key.
+fn scrambled(value: &Value) -> String {
+    let string = |text: &str| {
+        serde_json::to_string(text).unwrap_or_default().replace('o', "\\u006f").replace('s', "\\u0073")
+    };
+    match value {
+        Value::String(text) => string(text),
+        Value::Array(items) => format!("[ {} ]", items.iter().map(scrambled).collect::<Vec<_>>().join(" , ")),
+        Value::Object(map) => {
+            let mut members: Vec<String> = map
+                .iter()
+                .rev()
+                .map(|(key, value)| format!("{}: {}", string(key), scrambled(value)))
+                .collect();
+            if let Some(last) = map.keys().next_back() {
+                members.insert(0, format!("{}:0", string(last)));
+            }
+            format!("{{\n{}\n}}", members.join(",\n"))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A tool's digest from its text (as the index reads it) is its digest from its value, however written.
+fn check_entry_digest(tool: &Value) -> Result<(), TestCaseError> {
+    let (name, object) = normal::tool_of(tool).expect("a tool");
+    let mut scratch = String::new();
+    let expected = (name.to_owned(), definition_digest(name, object, &mut scratch));
+    for text in [tool.to_string(), serde_json::to_string_pretty(tool).unwrap_or_default(), scrambled(tool)] {
+        prop_assert_eq!(&serde_json::from_str::<Value>(&text).ok(), &Some(tool.clone()), "{}", text);
+        let entry = serde_json::value::RawValue::from_string(text.clone()).expect("json");
+        prop_assert_eq!(entry_digest(&entry, &mut scratch), Some(expected.clone()), "{}", text);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn a_tool_is_digested_alike_from_its_text_and_its_value(tool in arb_simple_tool()) {
+        check_entry_digest(&tool)?;
+    }
+
+    #[test]
+    fn any_schema_is_digested_alike_from_its_text_and_its_value(schema in arb_json(), output in arb_json()) {
+        check_entry_digest(&json!({"name": "t", "inputSchema": schema, "outputSchema": output}))?;
+    }
+}
+
+#[test]
+fn entries_that_are_no_tools_have_no_digest() {
+    let mut scratch = String::new();
+    for entry in ["1", "[]", r#"{"name": 1}"#, r#"{"description": "d"}"#, r#"{"name": "a", "name": null}"#] {
+        let entry = serde_json::value::RawValue::from_string(entry.to_owned()).expect("json");
+        assert_eq!(entry_digest(&entry, &mut scratch), None, "{entry}");
+    }
+    // Nested deeper than the text reader goes: read as a value, as before.
+    let deep =
+        format!(r#"{{"name": "d", "inputSchema": {{"default": {}1{}}}}}"#, "[".repeat(100), "]".repeat(100));
+    let value: Value = serde_json::from_str(&deep).expect("within serde_json's limit");
+    check_entry_digest(&value).expect("the same digest");
+}
+
 proptest! {
     /// A list's hash from its index is the hash of its normal forms; an index taking digests from lists
     /// indexed before equals one built afresh.
