@@ -15,6 +15,7 @@ use super::classify::classify;
 use super::digest::DefinitionDigest;
 use super::index::{side_by_side, IndexedList, IndexedTool, ToolIndex};
 use super::normal::{NormalTool, ANNOTATION_DEFAULTS};
+use super::parallel::{map_ordered, Split};
 use super::security::{self, review_text, TextContext, ToolNames, FREE_TEXT_PARAMETERS};
 use driftline_schemas::ToolsText;
 
@@ -38,15 +39,23 @@ pub fn diff_tools_listed(old: &[Value], new: &[Value]) -> ListedChanges {
 /// only for the others. Lists at most [`LISTED_CHANGES_PER_KIND`] changes (and
 /// [`LISTED_BYTES_PER_KIND`] of their text) of each kind of consequence and counts the rest.
 pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> ListedChanges {
-    diff_indexed_within(old, new, (LISTED_CHANGES_PER_KIND, LISTED_BYTES_PER_KIND))
+    diff_indexed_within(old, new, (LISTED_CHANGES_PER_KIND, LISTED_BYTES_PER_KIND), Split::MACHINE)
 }
 
-/// [`diff_indexed`] listing at most `(changes, bytes)` of each kind of consequence (tests hold the
-/// listing to the whole).
+/// What the diff compares of one name: the normal forms of a changed tool, or of an added one.
+enum Normals {
+    Changed(NormalTool, NormalTool),
+    Added(NormalTool),
+}
+
+/// [`diff_indexed`] listing at most `(changes, bytes)` of each kind of consequence, building normal forms
+/// in runs split over threads as `split` says (tests hold the listing to the whole, and any split to one
+/// thread's).
 pub(crate) fn diff_indexed_within(
     old: IndexedList<'_>,
     new: IndexedList<'_>,
     per_kind: (usize, usize),
+    split: Split,
 ) -> ListedChanges {
     let tool_names = ToolNames::new(new.index.tools().iter().map(|t| t.name.to_string()).collect());
     // Both indexes are sorted by name: walked side by side, once.
@@ -72,35 +81,57 @@ pub(crate) fn diff_indexed_within(
     let still_added: HashSet<&str> =
         added.iter().enumerate().filter(|(i, _)| !taken.contains(i)).map(|(_, t)| &*t.name).collect();
 
+    // The names whose normal forms the diff reads: changed tools (equal digests, equal normal forms: most
+    // tools of a new list) and added ones (the new name of a renamed tool is reported with its old name).
+    let compared = |pair: &(Option<&IndexedTool>, Option<&IndexedTool>)| match pair {
+        (Some(before), Some(after)) => before.definition != after.definition,
+        (None, Some(after)) => still_added.contains(&*after.name),
+        _ => false,
+    };
     let mut listing = Listing { per_kind, ..Listing::default() };
-    for pair in pairs {
-        let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { continue };
+    let mut visit = |pair: &(Option<&IndexedTool>, Option<&IndexedTool>), normal: Option<Normals>| {
+        let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { return };
         let mut differ = ToolDiffer {
             tool: name,
             tool_names: &tool_names,
             listing: &mut listing,
             description_rewritten: false,
         };
-        match pair {
-            // Equal digests, equal normal forms: most tools of a new list.
-            (Some(before), Some(after)) if before.definition == after.definition => {}
-            (Some(before), Some(after)) => {
-                let (before, after) = (old.normal(before), new.normal(after));
-                differ.tool(&before.definition, &after.definition);
+        match (pair, normal) {
+            (_, Some(Normals::Changed(before, after))) => differ.tool(&before.definition, &after.definition),
+            (_, Some(Normals::Added(after))) => {
+                let flags = review_tool(&after, &tool_names);
+                differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
             }
-            (Some(_), None) => {
+            ((Some(_), None), None) => {
                 let (kind, after) = match renamed_to.get(name) {
                     Some(renamed) => (ChangeType::ToolRenamed, json!(renamed)),
                     None => (ChangeType::ToolRemoved, Value::Null),
                 };
                 differ.emit(kind, None, &Path::root(), json!(name), after, vec![]);
             }
-            (None, Some(after)) if still_added.contains(name) => {
-                let flags = review_tool(&new.normal(after), &tool_names);
-                differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
-            }
-            _ => {} // the new name of a renamed tool: reported with its old name
+            _ => {}
         }
+    };
+    let wanted: Vec<usize> = (0..pairs.len()).filter(|&i| compared(&pairs[i])).collect();
+    let mut visited = 0;
+    // Normal forms are built a run at a time: memory holds one run's, not every changed tool's of a long list.
+    for run in wanted.chunks(split.at_once.max(1)) {
+        let mut normals = map_ordered(run.len(), (split.threads)(run.len()), |i, _| match pairs[run[i]] {
+            (Some(before), Some(after)) => Some(Normals::Changed(old.normal(before), new.normal(after))),
+            (None, Some(after)) => Some(Normals::Added(new.normal(after))),
+            _ => None,
+        })
+        .into_iter();
+        let end = run.last().map_or(visited, |&last| last + 1);
+        for (at, pair) in pairs.iter().enumerate().take(end).skip(visited) {
+            let normal = if run.binary_search(&at).is_ok() { normals.next().flatten() } else { None };
+            visit(pair, normal);
+        }
+        visited = end;
+    }
+    for pair in &pairs[visited..] {
+        visit(pair, None);
     }
     ListedChanges { changes: listing.changes, omitted: listing.omitted }
 }

@@ -6,12 +6,13 @@
 //! costs a comparison per unchanged tool and a digest per changed one; the diff builds normal forms only
 //! for the tools whose digests differ.
 
-use driftline_schemas::ToolsText;
+use driftline_schemas::{name_of, ToolsText};
 use sha2::{Digest, Sha256};
 
 use super::canonical::write_string;
 use super::digest::{definition_digest, entry_digest, DefinitionDigest};
-use super::normal::{normalize_tool, tool_of, NormalTool};
+use super::normal::{normalize_tool_owned, NormalTool};
+use super::parallel::{map_ordered, threads_for};
 
 /// One tool of an indexed list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,9 +43,11 @@ pub struct IndexedList<'a> {
 impl IndexedList<'_> {
     /// The normal form of one of the list's tools, built for the diff (its entry parsed again).
     pub fn normal(&self, tool: &IndexedTool) -> NormalTool {
-        match self.tools.value(tool.at).as_ref().and_then(tool_of) {
-            Some((name, object)) => normalize_tool(name, object),
-            None => NormalTool { name: tool.name.to_string(), definition: serde_json::Map::new() },
+        match self.tools.value(tool.at) {
+            Some(serde_json::Value::Object(object)) if object.get("name").is_some_and(|n| n.is_string()) => {
+                normalize_tool_owned(&tool.name, object)
+            }
+            _ => NormalTool { name: tool.name.to_string(), definition: serde_json::Map::new() },
         }
     }
 }
@@ -55,42 +58,70 @@ impl ToolIndex {
         Self::reusing(tools, &[])
     }
 
+    /// [`ToolIndex::new`] over `threads` threads (a test holds any split to the same index).
+    #[cfg(test)]
+    pub(super) fn new_over(tools: &ToolsText, threads: fn(usize) -> usize) -> Self {
+        Self::reusing_over(tools, &[], threads)
+    }
+
     /// [`ToolIndex::new`], taking the digest of every tool whose text is a tool's of the same name in one
     /// of `known`: only tools with new text are parsed and digested.
     pub fn reusing(tools: &ToolsText, known: &[IndexedList<'_>]) -> Self {
+        Self::reusing_over(tools, known, threads_for)
+    }
+
+    /// [`ToolIndex::reusing`], the tools to digest split over `threads(count)` threads.
+    pub(super) fn reusing_over(
+        tools: &ToolsText,
+        known: &[IndexedList<'_>],
+        threads: fn(usize) -> usize,
+    ) -> Self {
         if known.is_empty() {
-            return Self::fresh(tools);
+            return Self::fresh(tools, threads);
         }
         let entries = tools.entries();
         // Names are read from the text; only tools whose text is new are parsed.
         let mut named: Vec<(String, usize)> =
-            tools.names().enumerate().filter_map(|(at, name)| name.map(|name| (name, at))).collect();
+            map_ordered(entries.len(), threads(entries.len()), |at, _| Some((name_of(&entries[at])?, at)))
+                .into_iter()
+                .flatten()
+                .collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));
         later_of_each_name(&mut named, |(name, _)| name, |(_, at)| *at);
-        let mut scratch = String::new();
         // Both sides are sorted by name: one cursor per known list walks along.
         let mut cursors = vec![0usize; known.len()];
-        let indexed: Vec<IndexedTool> = named
-            .into_iter()
+        let reused: Vec<Option<DefinitionDigest>> = named
+            .iter()
             .map(|(name, at)| {
-                let declared = entries[at].get();
-                let reused = known.iter().zip(&mut cursors).find_map(|(list, cursor)| {
+                let declared = entries[*at].get();
+                known.iter().zip(&mut cursors).find_map(|(list, cursor)| {
                     let seen = list.index.tools();
-                    while seen.get(*cursor).is_some_and(|tool| *tool.name < *name) {
+                    while seen.get(*cursor).is_some_and(|tool| *tool.name < **name) {
                         *cursor += 1;
                     }
-                    let seen = seen.get(*cursor).filter(|tool| *tool.name == *name)?;
+                    let seen = seen.get(*cursor).filter(|tool| *tool.name == **name)?;
                     let text = list.tools.entries().get(seen.at)?.get();
                     (text == declared).then_some(seen.definition)
-                });
-                let definition = reused.unwrap_or_else(|| {
-                    match entry_digest(&entries[at], &mut scratch) {
-                        Some((_, definition)) => definition,
-                        // Its name was read, so it parses: only a tool nested past serde_json's recursion
-                        // limit (refused by the limits before any list is kept) lands here.
-                        None => definition_digest(&name, &serde_json::Map::new(), &mut scratch),
-                    }
-                });
+                })
+            })
+            .collect();
+        // The rest are digested from their text.
+        let new: Vec<usize> = (0..named.len()).filter(|&i| reused[i].is_none()).collect();
+        let mut digested = map_ordered(new.len(), threads(new.len()), |i, scratch| {
+            let (name, at) = &named[new[i]];
+            match entry_digest(&entries[*at], scratch) {
+                Some((_, definition)) => definition,
+                // Its name was read, so it parses: only a tool nested past serde_json's recursion
+                // limit (refused by the limits before any list is kept) lands here.
+                None => definition_digest(name, &serde_json::Map::new(), scratch),
+            }
+        })
+        .into_iter();
+        let indexed: Vec<IndexedTool> = named
+            .into_iter()
+            .zip(reused)
+            .map(|((name, at), reused)| {
+                let definition = reused.or_else(|| digested.next()).unwrap_or_default();
                 IndexedTool { name: name.into(), at, definition }
             })
             .collect();
@@ -99,13 +130,15 @@ impl ToolIndex {
 
     /// A list with nothing to reuse: each tool read once from its text, in list order, for its name and
     /// digest.
-    fn fresh(tools: &ToolsText) -> Self {
-        let mut scratch = String::new();
-        let mut indexed: Vec<IndexedTool> = (tools.entries().iter().enumerate())
-            .filter_map(|(at, entry)| {
-                let (name, definition) = entry_digest(entry, &mut scratch)?;
+    fn fresh(tools: &ToolsText, threads: fn(usize) -> usize) -> Self {
+        let entries = tools.entries();
+        let mut indexed: Vec<IndexedTool> =
+            map_ordered(entries.len(), threads(entries.len()), |at, scratch| {
+                let (name, definition) = entry_digest(&entries[at], scratch)?;
                 Some(IndexedTool { name: name.into(), at, definition })
             })
+            .into_iter()
+            .flatten()
             .collect();
         indexed.sort_by(|a, b| a.name.cmp(&b.name));
         later_of_each_name(&mut indexed, |tool| &tool.name, |tool| tool.at);

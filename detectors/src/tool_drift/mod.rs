@@ -9,6 +9,7 @@ mod explain;
 mod index;
 mod node;
 mod normal;
+mod parallel;
 pub(crate) mod refs;
 pub mod security;
 

@@ -67,6 +67,37 @@ pub fn normalize_tool(name: &str, object: &Map<String, Value>) -> NormalTool {
         };
         definition.insert(key.clone(), value);
     }
+    with_object_schemas(name, definition)
+}
+
+/// [`normalize_tool`] of a tool read for this alone: its members are moved into the normal form rather
+/// than copied (the diff reads each changed tool this way; copying was a fifth of its time).
+pub fn normalize_tool_owned(name: &str, object: Map<String, Value>) -> NormalTool {
+    let mut definition = Map::new();
+    for (key, value) in object {
+        if key == "name" || key == "_meta" || value.is_null() {
+            continue;
+        }
+        let value = match (key.as_str(), value) {
+            ("description" | "title", Value::String(text)) if is_layout_free(&text) => Value::String(text),
+            ("description" | "title", Value::String(text)) => Value::String(layout_free(&text)),
+            ("inputSchema" | "outputSchema", value) => normalize_root_schema_owned(value),
+            ("annotations", value) => match normalize_annotations(&value) {
+                Some(value) => value,
+                None => continue,
+            },
+            ("execution", value) => match normalize_execution(&value) {
+                Some(value) => value,
+                None => continue,
+            },
+            (_, value) => value,
+        };
+        definition.insert(key, value);
+    }
+    with_object_schemas(name, definition)
+}
+
+fn with_object_schemas(name: &str, mut definition: Map<String, Value>) -> NormalTool {
     // MCP requires both schemas to be of type object; saying so or not is no change.
     let input = definition.entry("inputSchema").or_insert_with(|| Value::Object(Map::new()));
     if let Some(schema) = input.as_object_mut() {
@@ -210,6 +241,15 @@ pub fn normalize_root_schema(schema: &Value) -> Value {
     let mut inlined = inline_local_refs(schema);
     normalize_in_place(&mut inlined.schema, inlined.complete);
     inlined.schema
+}
+
+/// [`normalize_root_schema`] of a schema the caller gives up: normalised where it lies.
+fn normalize_root_schema_owned(mut schema: Value) -> Value {
+    if mentions_ref(&schema) {
+        return normalize_root_schema(&schema);
+    }
+    normalize_in_place(&mut schema, true);
+    schema
 }
 
 /// Nodes the normal forms of `tools` copy in by expanding references, counted up to just past `limit`

@@ -4,6 +4,7 @@ use driftline_schemas::{
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+use super::parallel::Split;
 use super::*;
 
 /// One line per change: `CLASSIFICATION change_type tool path before -> after [flags]`.
@@ -1247,9 +1248,9 @@ proptest! {
         let new_index = ToolIndex::reusing(&new, &[IndexedList { tools: &old, index: &old_index }]);
         let (old, new) =
             (IndexedList { tools: &old, index: &old_index }, IndexedList { tools: &new, index: &new_index });
-        let whole = diff::diff_indexed_within(old, new, (usize::MAX, usize::MAX));
+        let whole = diff::diff_indexed_within(old, new, (usize::MAX, usize::MAX), Split::MACHINE);
         prop_assert!(whole.omitted.is_empty());
-        let cut = diff::diff_indexed_within(old, new, (most, most_bytes));
+        let cut = diff::diff_indexed_within(old, new, (most, most_bytes), Split { threads: |_| 3, at_once: 2 });
         // The listed changes are the whole diff's, in its order, and the rest are counted by classification.
         let mut rest = whole.changes.iter();
         for change in &cut.changes {
@@ -1269,6 +1270,50 @@ proptest! {
         prop_assert_eq!(max_classification(&cut.changes), max_classification(&whole.changes));
         prop_assert_eq!(max_severity(&cut.changes), max_severity(&whole.changes));
         prop_assert_eq!(cut.changes.is_empty(), whole.changes.is_empty());
+    }
+
+    /// Indexing and diffing split over threads, and normal forms built a few at a time, give what one
+    /// thread building them all gives, in the same order.
+    #[test]
+    fn any_split_indexes_and_diffs_as_one_thread(
+        old in prop::collection::vec(arb_tools(), 0..12),
+        new in prop::collection::vec(arb_tools(), 0..12),
+        threads in 2usize..5,
+        at_once in 1usize..6,
+    ) {
+        // Many names: the tools of each generated list get a suffix (of five, so names recur).
+        let named = |lists: Vec<Vec<Value>>| -> ToolsText {
+            let tools: Vec<Value> = (lists.into_iter().enumerate())
+                .flat_map(|(i, list)| list.into_iter().map(move |mut tool| {
+                    if let Some(name) = tool.get("name").and_then(Value::as_str).map(str::to_owned) {
+                        tool["name"] = json!(format!("{name}{}", i % 5));
+                    }
+                    tool
+                }))
+                .collect();
+            ToolsText::from_values(&tools)
+        };
+        let (old, new) = (named(old), named(new));
+        let threads: fn(usize) -> usize = match threads { 2 => |_| 2, 3 => |_| 3, _ => |_| 4 };
+        let one = Split { threads: |_| 1, at_once: usize::MAX };
+        let split = Split { threads, at_once };
+        let old_index = ToolIndex::new_over(&old, one.threads);
+        prop_assert_eq!(&ToolIndex::new_over(&old, split.threads), &old_index);
+        let known = [IndexedList { tools: &old, index: &old_index }];
+        let new_index = ToolIndex::reusing_over(&new, &known, one.threads);
+        prop_assert_eq!(&ToolIndex::reusing_over(&new, &known, split.threads), &new_index);
+        let (old, new) = (known[0], IndexedList { tools: &new, index: &new_index });
+        let whole = (usize::MAX, usize::MAX);
+        prop_assert_eq!(diff::diff_indexed_within(old, new, whole, split), diff::diff_indexed_within(old, new, whole, one));
+    }
+
+    /// The diff's normal forms, built from tools it owns, are those built from borrowed ones.
+    #[test]
+    fn a_tool_given_up_normalises_as_a_borrowed_one(list in arb_tools(), simple in arb_simple_tool()) {
+        for tool in list.iter().chain([&simple]) {
+            let Some((name, object)) = normal::tool_of(tool) else { continue };
+            prop_assert_eq!(normal::normalize_tool_owned(name, object.clone()), normalize_tool(name, object));
+        }
     }
 
     #[test]
