@@ -64,6 +64,25 @@ impl ToolsText {
         self.0.iter().map(|entry| serde_json::from_str(entry.get()).unwrap_or(Value::Null)).collect()
     }
 
+    /// Whether `text` is a JSON array of exactly these entries, whatever whitespace lies between them:
+    /// parsing it would give this list. A comparison of bytes, so a list sent again as it was costs no
+    /// parse and no digest of its text.
+    pub fn is_text_of(&self, text: &str) -> bool {
+        let Some(mut rest) = text.trim_start_matches(JSON_WHITESPACE).strip_prefix('[') else { return false };
+        for (at, entry) in self.0.iter().enumerate() {
+            rest = rest.trim_start_matches(JSON_WHITESPACE);
+            if at > 0 {
+                let Some(after) = rest.strip_prefix(',') else { return false };
+                rest = after.trim_start_matches(JSON_WHITESPACE);
+            }
+            // What follows an entry must be a comma or the end: `1` starts `12` but is not it.
+            let Some(after) = rest.strip_prefix(entry.get()) else { return false };
+            rest = after;
+        }
+        (rest.trim_start_matches(JSON_WHITESPACE).strip_prefix(']'))
+            .is_some_and(|end| end.trim_start_matches(JSON_WHITESPACE).is_empty())
+    }
+
     /// The tools' names in list order, `None` for an entry that is no tool (not an object with a string
     /// `name`; of two `name` members the later counts, as when the entry is parsed).
     pub fn names(&self) -> impl Iterator<Item = Option<String>> + '_ {
@@ -82,6 +101,9 @@ impl ToolsText {
         })
     }
 }
+
+/// What JSON counts as whitespace between tokens.
+const JSON_WHITESPACE: &[char] = &[' ', '\t', '\n', '\r'];
 
 /// A shared list read by any deserializer (text held as text needs serde_json's own; a message already
 /// parsed into a `Value`, as the CLI reads answers, is written back as text).
@@ -190,7 +212,55 @@ impl<'de> Visitor<'de> for FieldsVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    fn check_is_text_of(list: &str, text: &str, expected: bool) {
+        assert_eq!(ToolsText::parse(list).expect("a list").is_text_of(text), expected, "{list} as {text:?}");
+    }
+
+    #[test]
+    fn a_text_is_the_list_whose_entries_it_holds_exactly() {
+        let list = r#"[{"name":"a"},1,"s"]"#;
+        check_is_text_of(list, list, true);
+        check_is_text_of(list, " \n[ {\"name\":\"a\"} ,\r\n1\t,\"s\" ]\n", true);
+        check_is_text_of(list, r#"[{"name":"b"},1,"s"]"#, false);
+        check_is_text_of(list, r#"[{"name": "a"},1,"s"]"#, false);
+        check_is_text_of(list, r#"[{"name":"a"},12,"s"]"#, false);
+        check_is_text_of(list, r#"[{"name":"a"},1.5,"s"]"#, false);
+        check_is_text_of(list, r#"[{"name":"a"},1e3,"s"]"#, false);
+        check_is_text_of(list, r#"[{"name":"a"},1]"#, false);
+        check_is_text_of(list, r#"[{"name":"a"},1,"s",null]"#, false);
+        check_is_text_of(list, r#"[{"name":"a"},1,"s"] x"#, false);
+        check_is_text_of(list, r#"[{"name":"a"} 1,"s"]"#, false);
+        check_is_text_of(list, r#"{"name":"a"}"#, false);
+        check_is_text_of("[]", " [ ] ", true);
+        check_is_text_of("[]", "[1]", false);
+        check_is_text_of("[1]", "[]", false);
+        check_is_text_of("[1]", "", false);
+    }
+
+    /// Lists of a few recurring entries (numbers that start one another among them), written with any
+    /// whitespace: a text is a list's exactly when it parses to that list.
+    fn arb_list_text() -> impl Strategy<Value = String> {
+        let entry =
+            prop::sample::select(vec!["1", "12", "1.5", "true", "\"a\"", r#"{"name":"a"}"#, "[]", "[1]"]);
+        let space = prop::sample::select(vec!["", " ", "\n", "\t\r\n "]);
+        prop::collection::vec((entry, space.clone(), space), 0..4).prop_map(|entries| {
+            let inner: Vec<String> =
+                entries.iter().map(|(entry, before, after)| format!("{before}{entry}{after}")).collect();
+            format!("[{}]", inner.join(","))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn a_text_is_a_list_exactly_when_it_parses_to_it(a in arb_list_text(), b in arb_list_text()) {
+            let (list_a, list_b) = (text(&a), text(&b));
+            prop_assert!(list_a.is_text_of(&a));
+            prop_assert_eq!(list_a.is_text_of(&b), list_a == list_b, "{} as {}", a, b);
+        }
+    }
 
     fn text(tools: &str) -> ToolsText {
         ToolsText::parse(tools).expect("a JSON array")

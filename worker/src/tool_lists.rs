@@ -1,19 +1,19 @@
 //! Reading tool-list records. Most are a probe's unchanged list, sent again as it was: a list whose text
-//! has the SHA-256 of the last one read for its server is that list, taken without parsing it again
-//! (nor checking its limits again: it passed them). Parsing is most of what such a record costs.
+//! holds exactly the entries of the last one read for its server is that list, taken without parsing it
+//! again (nor checking its limits again: it passed them). Parsing is most of what such a record costs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use driftline_detectors::tool_drift::ServerState;
 use driftline_schemas::{ServerKey, ToolListLimits, ToolListRecord, ToolListTooLarge, ToolsText};
-use sha2::{Digest, Sha256};
 
-/// The last tool list read per server, by the SHA-256 of its text (a collision-resistant hash: a server
-/// cannot craft another list that passes for the one seen).
+/// The last tool list read per server. A new record's text is compared with it byte for byte (a SHA-256
+/// of the text, as before, cost as much as reading the record), so no server can pass another list off
+/// as the one seen.
 #[derive(Default)]
 pub struct ListTexts {
-    last: HashMap<ServerKey, ([u8; 32], Arc<ToolsText>)>,
+    last: HashMap<ServerKey, Arc<ToolsText>>,
     /// Bytes of list text parsed since [`ListTexts::take_parsed_bytes`].
     parsed_bytes: usize,
 }
@@ -29,12 +29,9 @@ impl ListTexts {
         held: impl FnOnce() -> usize,
     ) -> Result<Arc<ToolsText>, String> {
         let text = record.tools.get();
-        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         let key = record.key();
-        if let Some((seen, tools)) = self.last.get(&key) {
-            if *seen == digest {
-                return Ok(Arc::clone(tools));
-            }
+        if let Some(tools) = self.last.get(&key).filter(|tools| tools.is_text_of(text)) {
+            return Ok(Arc::clone(tools));
         }
         self.parsed_bytes = self.parsed_bytes.saturating_add(text.len());
         let tools =
@@ -45,7 +42,7 @@ impl ListTexts {
             return Err(ToolListTooLarge::ProjectBytes(after, limits.max_project_bytes).to_string());
         }
         let tools = Arc::new(tools);
-        self.last.insert(key, (digest, Arc::clone(&tools)));
+        self.last.insert(key, Arc::clone(&tools));
         Ok(tools)
     }
 
@@ -99,8 +96,13 @@ mod tests {
         let again = texts.read(&record(&first), limits, || 0).expect("a list");
         assert!(Arc::ptr_eq(&read, &again), "the same text is not parsed again");
         assert_eq!(texts.take_parsed_bytes(), r#"[{"name":"a"}]"#.len());
-        // Another text (even one that parses to the same list) is read afresh.
-        let spaced = payload(r#"[ {"name": "a"} ]"#);
+        // Whitespace between entries changes no entry: the same list.
+        let spaced = payload("[\n  {\"name\":\"a\"}\n]");
+        let same = texts.read(&record(&spaced), limits, || 0).expect("a list");
+        assert!(Arc::ptr_eq(&read, &same), "a list re-laid between its entries is parsed again");
+        assert_eq!(texts.take_parsed_bytes(), 0);
+        // Another entry's text (even one that parses to the same tool) is read afresh.
+        let spaced = payload(r#"[{"name": "a"}]"#);
         let other = texts.read(&record(&spaced), limits, || 0).expect("a list");
         assert!(!Arc::ptr_eq(&read, &other));
         assert_eq!(read.values(), other.values());
