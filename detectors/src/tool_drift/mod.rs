@@ -83,6 +83,18 @@ pub fn check_tools_text(
     }
     let mut copied = 0usize;
     for (index, entry) in tools.entries().iter().enumerate() {
+        // Most tools are checked without building values: the borrowed reader gives their depth, and a
+        // tool that mentions no `$ref` copies nothing in. One it does not take (nested past its own limit),
+        // or one with references to expand, is read as a value.
+        if let Some(tool) = node::parse(entry.get()) {
+            let depth = tool.depth();
+            if depth > limits.max_depth {
+                return Err(ToolListTooLarge::Depth(index, depth, limits.max_depth).into());
+            }
+            if !tool.mentions_ref() {
+                continue;
+            }
+        }
         let tool: Value =
             serde_json::from_str(entry.get()).map_err(|err| RefusedTools::Unreadable(index, err))?;
         limits.check_depth(index, &tool)?;

@@ -95,6 +95,15 @@ impl<'a> Node<'a> {
         }
     }
 
+    /// Its nesting as `driftline_schemas::json_depth` counts it: 0 for a scalar, one more per level.
+    pub(super) fn depth(&self) -> usize {
+        match self {
+            Node::Array(items) => items.iter().map(|item| item.depth() + 1).max().unwrap_or(0),
+            Node::Object(object) => object.iter().map(|(_, value)| value.depth() + 1).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
     /// Whether a `$ref` member sits anywhere in it.
     pub(super) fn mentions_ref(&self) -> bool {
         match self {

@@ -1307,6 +1307,28 @@ proptest! {
         prop_assert_eq!(diff::diff_indexed_within(old, new, whole, split), diff::diff_indexed_within(old, new, whole, one));
     }
 
+    /// The worker's check of a list held as text (the borrowed reader where it can) refuses what the check
+    /// of values refuses, with the same reason, at any limits: depth either side of the reader's own
+    /// nesting limit, references or none.
+    #[test]
+    fn a_list_held_as_text_is_checked_as_its_values(
+        list in arb_tools(),
+        simple in prop::collection::vec(arb_simple_tool(), 0..3),
+        nesting in 0usize..4,
+        max_depth in prop::sample::select(vec![0usize, 1, 2, 3, 5, 8, 63, 64, 65, 66, 80]),
+        max_ref_nodes in prop::sample::select(vec![0usize, 3, 50, 100_000]),
+        bomb in 0usize..5,
+    ) {
+        let deep = [60usize, 64, 65, 70][nesting];
+        let deep = (0..deep).fold(json!({"$ref": "#"}), |inner, _| json!({"n": inner}));
+        let mut tools: Vec<Value> = list.into_iter().chain(simple).collect();
+        tools.push(json!({"name": "deep", "inputSchema": deep}));
+        tools.push(json!({"name": "bomb", "inputSchema": ref_bomb(bomb)}));
+        let limits = driftline_schemas::ToolListLimits { max_depth, max_ref_nodes, ..Default::default() };
+        let as_text = check_tools_text(&limits, &ToolsText::from_values(&tools)).map_err(|err| err.to_string());
+        prop_assert_eq!(as_text, check_tool_list(&limits, &tools).map_err(|err| err.to_string()));
+    }
+
     /// The diff's normal forms, built from tools it owns, are those built from borrowed ones.
     #[test]
     fn a_tool_given_up_normalises_as_a_borrowed_one(list in arb_tools(), simple in arb_simple_tool()) {
