@@ -2,13 +2,14 @@
 //! itself). Never panics; a list never differs from itself; equal hashes mean no change; every tool's
 //! definition is written alike straight from the declaration and from its normal form, and digested alike
 //! from its text as sent (members in any order, repeated, escaped) and from its value. Every declared
-//! output schema compiles and checks shapes without panicking, the same way twice.
+//! output schema compiles and checks shapes without panicking, the same way twice. A list held as text is
+//! checked against the limits as its values are.
 #![no_main]
 
 use driftline_detectors::contract::CompiledOutput;
 use driftline_detectors::tool_drift::{
-    canonical_json, check_tool_list, declared_outputs, definition_digest, definition_text, diff_tools, entry_digest,
-    normalize_tool, schema_hash,
+    canonical_json, check_tool_list, check_tools_text, declared_outputs, definition_digest, definition_text,
+    diff_tools, entry_digest, normalize_tool, schema_hash,
 };
 use driftline_schemas::{ToolListLimits, ToolsText};
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +21,16 @@ fuzz_target!(|data: &[u8]| {
         [Value::Array(old), Value::Array(new)] => (old.clone(), new.clone()),
         _ => (parts.clone(), parts),
     };
+    // The worker's check of the input's own text (the borrowed reader where it can) answers as the check
+    // of its values, at the default limits and at small ones.
+    if let Some(entries) = std::str::from_utf8(data).ok().and_then(|text| ToolsText::parse(text).ok()) {
+        let values = entries.values();
+        let small = ToolListLimits { max_depth: 3, max_ref_nodes: 10, ..ToolListLimits::default() };
+        for limits in [ToolListLimits::default(), small] {
+            let as_text = check_tools_text(&limits, &entries).map_err(|err| err.to_string());
+            assert_eq!(as_text, check_tool_list(&limits, &values).map_err(|err| err.to_string()));
+        }
+    }
     // Lists beyond the limits never reach the detector (ingest and the worker refuse them).
     let limits = ToolListLimits::default();
     if check_tool_list(&limits, &old).is_err() || check_tool_list(&limits, &new).is_err() {
