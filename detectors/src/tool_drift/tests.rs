@@ -1329,15 +1329,6 @@ proptest! {
         prop_assert_eq!(as_text, check_tool_list(&limits, &tools).map_err(|err| err.to_string()));
     }
 
-    /// The diff's normal forms, built from tools it owns, are those built from borrowed ones.
-    #[test]
-    fn a_tool_given_up_normalises_as_a_borrowed_one(list in arb_tools(), simple in arb_simple_tool()) {
-        for tool in list.iter().chain([&simple]) {
-            let Some((name, object)) = normal::tool_of(tool) else { continue };
-            prop_assert_eq!(normal::normalize_tool_owned(name, object.clone()), normalize_tool(name, object));
-        }
-    }
-
     #[test]
     fn a_changed_hash_always_comes_with_a_change(old in arb_tools(), new in arb_tools()) {
         let changes = diff_tools(&old, &new);
