@@ -271,7 +271,7 @@ fn rss_kb(pid: u32) -> u64 {
 /// sends nothing; the server's resident memory before and after.
 const IDLE_CONNECTIONS: usize = 3_000;
 
-fn idle_connections(url: &str, pid: u32) -> Value {
+fn idle_connections(url: &str, pid: u32, server: &str) -> Value {
     use std::io::{Read, Write};
     let address = url.trim_start_matches("http://").to_owned();
     let before = rss_kb(pid);
@@ -293,7 +293,7 @@ fn idle_connections(url: &str, pid: u32) -> Value {
     drop(open);
     let grown_mb = after.saturating_sub(before) as f64 / 1024.0;
     println!(
-        "{answered} idle keep-alive connections: server resident memory {:.1} -> {:.1} MB (+{grown_mb:.1} MB, {:.1} kB each)",
+        "{answered} idle keep-alive connections on {server}: resident memory {:.1} -> {:.1} MB (+{grown_mb:.1} MB, {:.1} kB each)",
         before as f64 / 1024.0,
         after as f64 / 1024.0,
         after.saturating_sub(before) as f64 / answered.max(1) as f64
@@ -416,24 +416,30 @@ fn main() {
         // The detector pauses during the load (it would share the two cores with ingest); to time it alone,
         // on the backlog, the server is stopped and started again (acknowledged spans are on the bus), and
         // the new process is timed until it has stored the rest.
+        // Room for the idle connections (the default cap is 1,024).
+        let more = [("DRIFTLINE__SERVER__MAX_CONNECTIONS".to_owned(), "4096".to_owned())];
+        // Idle connections on a server that has served nothing: a server after a load keeps the heap that
+        // load freed and places connections in it, which hides what each one costs.
+        let (mut server, url) = start("serve", &dir.join("fresh"), &more);
+        let idle = idle_connections(&url, server.id(), "a fresh server");
+        let _ = server.kill();
+        let _ = server.wait();
         let paused = [("DRIFTLINE__DETECTOR__TEST_BATCH_PAUSE_MS".to_owned(), "10000".to_owned())];
         let (mut server, url) = start("serve", &dir, &paused);
         let (total, ingest) = sustained_ingest(&url);
         let stored = stored_records(&new_agent(), &url);
         let _ = server.kill();
         let _ = server.wait();
-        // Room for the idle connections measured at the end (the default cap is 1,024).
-        let more = [("DRIFTLINE__SERVER__MAX_CONNECTIONS".to_owned(), "4096".to_owned())];
         let (mut server, url) = start("serve", &dir, &more);
         let detector = catch_up(&url, &url, total - stored, "detector");
         let latency = latency(&url, &url);
-        let idle = idle_connections(&url, server.id());
+        let idle_after_load = idle_connections(&url, server.id(), "the server after the load");
         let metrics = hostile_metrics(&url);
         write_figures(
             "embedded",
             &json!({"ingest_spans_per_second": ingest, "detector_spans_per_second": detector,
                 "detector_backlog": total - stored, "latency": latency, "idle_connections": idle,
-                "metrics": metrics}),
+                "idle_connections_after_load": idle_after_load, "metrics": metrics}),
         );
         let _ = server.kill();
         let _ = server.wait();

@@ -121,8 +121,12 @@ if embedded:
         f"p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms", "p99 target 1,000 ms",
         latency["p99_ms"] / 1000, **latency)
     idle = embedded["idle_connections"]
-    add("idle_connections", f"{idle['connections']:,} idle keep-alive connections",
+    add("idle_connections", f"{idle['connections']:,} idle keep-alive connections, fresh server",
         f"+{idle['grown_mb']:.1f} MB resident", "target < 50 MB", idle["grown_mb"] / 50, **idle)
+    idle = embedded.get("idle_connections_after_load")
+    if idle:
+        add("idle_connections_after_load", f"{idle['connections']:,} idle keep-alive connections, after the load",
+            f"+{idle['grown_mb']:.1f} MB resident", "target < 50 MB", idle["grown_mb"] / 50, **idle)
     metrics = embedded["metrics"]
     add("metrics_size", f"/metrics series after 500, then 1,000 requests with unknown methods and paths",
         f"{metrics['series_after_first']:,} -> {metrics['series_after_second']:,} series",

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
@@ -49,8 +49,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    // HTTP/1.1 only, served by hyper's HTTP/1 connection itself: hyper-util's `auto` connection first reads
+    // a few bytes to tell HTTP/2 apart, and hyper's read buffer then doubles to 16 KiB on every connection.
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -81,8 +83,8 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(Inactivity::new(stream, limits.idle_timeout));
-        let connection = builder.serve_connection_with_upgrades(io, TowerToHyperService::new(app.clone()));
-        let connection = graceful.watch(connection.into_owned());
+        let connection = builder.serve_connection(io, TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
         tokio::spawn(async move {
             // Closed by the client, a timeout, or a protocol error: nothing to answer any more.
             if let Err(err) = connection.await {
