@@ -6,7 +6,10 @@
 //! costs a comparison per unchanged tool and a digest per changed one; the diff builds normal forms only
 //! for the tools whose digests differ.
 
+use std::collections::HashMap;
+
 use driftline_schemas::{name_of, ToolsText};
+use foldhash::fast::RandomState;
 use sha2::{Digest, Sha256};
 
 use super::canonical::write_string;
@@ -64,7 +67,7 @@ impl ToolIndex {
         Self::reusing_over(tools, &[], threads)
     }
 
-    /// [`ToolIndex::new`], taking the digest of every tool whose text is a tool's of the same name in one
+    /// [`ToolIndex::new`], taking the name and digest of every tool whose text is an indexed tool's in one
     /// of `known`: only tools with new text are parsed and digested.
     pub fn reusing(tools: &ToolsText, known: &[IndexedList<'_>]) -> Self {
         Self::reusing_over(tools, known, threads_for)
@@ -80,35 +83,59 @@ impl ToolIndex {
             return Self::fresh(tools, threads);
         }
         let entries = tools.entries();
-        // Names are read from the text; only tools whose text is new are parsed.
-        let mut named: Vec<(String, usize)> =
-            map_ordered(entries.len(), threads(entries.len()), |at, _| Some((name_of(&entries[at])?, at)))
-                .into_iter()
-                .flatten()
-                .collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
-        later_of_each_name(&mut named, |(name, _)| name, |(_, at)| *at);
-        // Both sides are sorted by name: one cursor per known list walks along.
-        let mut cursors = vec![0usize; known.len()];
-        let reused: Vec<Option<DefinitionDigest>> = named
+        // A tool declared exactly as an indexed tool of a known list takes that one's name and digest
+        // without its text being read. Lists mostly keep their order, so the tool at its own place is
+        // compared first; the others are looked up by their text (the table is built at the first miss).
+        let at_place: Vec<Vec<Option<&IndexedTool>>> = known
             .iter()
-            .map(|(name, at)| {
-                let declared = entries[*at].get();
-                known.iter().zip(&mut cursors).find_map(|(list, cursor)| {
-                    let seen = list.index.tools();
-                    while seen.get(*cursor).is_some_and(|tool| *tool.name < **name) {
-                        *cursor += 1;
+            .map(|list| {
+                let mut places = vec![None; list.tools.entries().len()];
+                for tool in list.index.tools() {
+                    if let Some(place) = places.get_mut(tool.at) {
+                        *place = Some(tool);
                     }
-                    let seen = seen.get(*cursor).filter(|tool| *tool.name == **name)?;
-                    let text = list.tools.entries().get(seen.at)?.get();
-                    (text == declared).then_some(seen.definition)
-                })
+                }
+                places
             })
             .collect();
+        let by_text = std::sync::OnceLock::new();
+        let known_as_declared = |at: usize| {
+            let declared = entries[at].get();
+            let in_place = known.iter().zip(&at_place).find_map(|(list, places)| {
+                let tool = (*places.get(at)?)?;
+                (list.tools.entries().get(at)?.get() == declared).then_some(tool)
+            });
+            in_place.or_else(|| {
+                // Seeded per process: texts a server chose cannot be made to collide.
+                let by_text: &HashMap<&str, &IndexedTool, RandomState> = by_text.get_or_init(|| {
+                    let mut by_text = HashMap::with_hasher(RandomState::default());
+                    for list in known {
+                        for tool in list.index.tools() {
+                            if let Some(text) = list.tools.entries().get(tool.at) {
+                                by_text.entry(text.get()).or_insert(tool);
+                            }
+                        }
+                    }
+                    by_text
+                });
+                by_text.get(declared).copied()
+            })
+        };
+        // The others' names are read from their text; only they are parsed and digested.
+        let mut named: Vec<(Box<str>, usize, Option<DefinitionDigest>)> =
+            map_ordered(entries.len(), threads(entries.len()), |at, _| match known_as_declared(at) {
+                Some(tool) => Some((tool.name.clone(), at, Some(tool.definition))),
+                None => Some((name_of(&entries[at])?.into_boxed_str(), at, None)),
+            })
+            .into_iter()
+            .flatten()
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        later_of_each_name(&mut named, |(name, _, _)| name, |(_, at, _)| *at);
         // The rest are digested from their text.
-        let new: Vec<usize> = (0..named.len()).filter(|&i| reused[i].is_none()).collect();
+        let new: Vec<usize> = (0..named.len()).filter(|&i| named[i].2.is_none()).collect();
         let mut digested = map_ordered(new.len(), threads(new.len()), |i, scratch| {
-            let (name, at) = &named[new[i]];
+            let (name, at, _) = &named[new[i]];
             match entry_digest(&entries[*at], scratch) {
                 Some((_, definition)) => definition,
                 // Its name was read, so it parses: only a tool nested past serde_json's recursion
@@ -119,10 +146,9 @@ impl ToolIndex {
         .into_iter();
         let indexed: Vec<IndexedTool> = named
             .into_iter()
-            .zip(reused)
-            .map(|((name, at), reused)| {
-                let definition = reused.or_else(|| digested.next()).unwrap_or_default();
-                IndexedTool { name: name.into(), at, definition }
+            .map(|(name, at, definition)| {
+                let definition = definition.or_else(|| digested.next()).unwrap_or_default();
+                IndexedTool { name, at, definition }
             })
             .collect();
         Self::of(indexed)

@@ -1632,6 +1632,21 @@ proptest! {
         // The same tools in other text (indented): nothing is reused, nothing differs.
         let pretty = ToolsText::parse(&serde_json::to_string_pretty(&new).unwrap_or_default()).unwrap_or_default();
         prop_assert_eq!(&ToolIndex::reusing(&pretty, &[IndexedList { tools: &old_text, index: &old_index }]), &reused);
+        // The old list edited in place (tools kept at their places, others replaced, names recurring): the
+        // kept ones are taken by place, from either known list, and the index is the one built afresh.
+        let mut in_place = old.clone();
+        for ((tool, keep), other) in in_place.iter_mut().zip(&keep).zip(new.iter().cycle()) {
+            if !keep {
+                *tool = other.clone();
+            }
+        }
+        let in_place_text = ToolsText::from_values(&in_place);
+        let fresh = ToolIndex::new(&in_place_text);
+        let old_list = IndexedList { tools: &old_text, index: &old_index };
+        let new_list = IndexedList { tools: &new_text, index: &reused };
+        for known in [vec![old_list], vec![new_list, old_list], vec![new_list]] {
+            prop_assert_eq!(&ToolIndex::reusing(&in_place_text, &known), &fresh);
+        }
     }
 }
 
