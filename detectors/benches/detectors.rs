@@ -218,7 +218,7 @@ fn hostile_reviews(c: &mut Criterion) {
     group.sample_size(10);
     let names: Vec<String> = (0..2000).map(|i| format!("tool{i:04}")).collect();
     let glued: String = names.iter().map(|n| format!("x{n}x ")).collect::<String>().repeat(80);
-    let tool_names = ToolNames::new(names);
+    let tool_names = ToolNames::new(names.iter().map(String::as_str).collect());
     group.throughput(Throughput::Bytes(glued.len() as u64));
     group.bench_function("names_glued_1MB", |b| {
         b.iter(|| {

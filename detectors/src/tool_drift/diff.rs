@@ -57,7 +57,7 @@ pub(crate) fn diff_indexed_within(
     per_kind: (usize, usize),
     split: Split,
 ) -> ListedChanges {
-    let tool_names = ToolNames::new(new.index.tools().iter().map(|t| t.name.to_string()).collect());
+    let tool_names = ToolNames::new(new.index.tools().iter().map(|t| &*t.name).collect());
     // Both indexes are sorted by name: walked side by side, once.
     let pairs: Vec<(Option<&IndexedTool>, Option<&IndexedTool>)> =
         side_by_side(old.index, new.index).collect();
@@ -206,7 +206,7 @@ fn only_first<'a>(pair: (Option<&'a IndexedTool>, Option<&'a IndexedTool>)) -> O
 }
 
 /// First-sight review of a tool: every model-visible text in it.
-pub fn review_tool(tool: &NormalTool, tool_names: &ToolNames) -> Vec<SecurityFlag> {
+pub fn review_tool(tool: &NormalTool, tool_names: &ToolNames<'_>) -> Vec<SecurityFlag> {
     let context = TextContext { previous: None, own_tool: &tool.name, tool_names: Some(tool_names) };
     let mut flags = Vec::new();
     let mut texts: Vec<&str> = ["description", "title"]
@@ -364,7 +364,7 @@ const TOOL_FIELDS: &[&str] =
 
 struct ToolDiffer<'a> {
     tool: &'a str,
-    tool_names: &'a ToolNames,
+    tool_names: &'a ToolNames<'a>,
     listing: &'a mut Listing,
     /// The tool's own description changed (diffed before anything else of the tool).
     description_rewritten: bool,

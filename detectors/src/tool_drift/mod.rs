@@ -491,7 +491,7 @@ fn tool_count(tools: &ToolsText) -> usize {
 fn first_sight_review(list: &mut HashedTools) -> Vec<(String, SecurityFlag)> {
     list.index();
     let Some(list) = list.list() else { return Vec::new() };
-    let names = ToolNames::new(list.index.tools().iter().map(|t| t.name.to_string()).collect());
+    let names = ToolNames::new(list.index.tools().iter().map(|t| &*t.name).collect());
     list.index
         .tools()
         .iter()

@@ -62,8 +62,8 @@ pub const FREE_TEXT_PARAMETERS: &[&str] = &[
 /// automaton would have cost, and the automaton is built only then (a ski rental: never much more than
 /// twice the cheaper of the two).
 #[derive(Debug, Default)]
-pub struct ToolNames {
-    names: Vec<String>,
+pub struct ToolNames<'n> {
+    names: Vec<&'n str>,
     /// Over the names of 3 or more bytes; pattern `k` is `names[searched[k]]`.
     matcher: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>>,
     searched: Vec<usize>,
@@ -73,7 +73,7 @@ pub struct ToolNames {
     automaton_work: usize,
 }
 
-impl Clone for ToolNames {
+impl Clone for ToolNames<'_> {
     fn clone(&self) -> Self {
         ToolNames {
             names: self.names.clone(),
@@ -106,8 +106,8 @@ impl SearchWork {
     }
 }
 
-impl ToolNames {
-    pub fn new(names: Vec<String>) -> Self {
+impl<'n> ToolNames<'n> {
+    pub fn new(names: Vec<&'n str>) -> Self {
         let searched: Vec<usize> = (0..names.len()).filter(|&i| names[i].len() >= 3).collect();
         let name_bytes: usize = searched.iter().map(|&i| names[i].len()).sum();
         ToolNames {
@@ -122,7 +122,7 @@ impl ToolNames {
     /// [`ToolNames::new`] with the automaton reckoned to cost `work` (0: built for the first text;
     /// `usize::MAX`: never while the name-by-name search can answer).
     #[cfg(test)]
-    fn with_automaton_work(names: Vec<String>, work: usize) -> Self {
+    fn with_automaton_work(names: Vec<&'n str>, work: usize) -> Self {
         ToolNames { automaton_work: work, ..ToolNames::new(names) }
     }
 
@@ -149,7 +149,7 @@ impl ToolNames {
             // costs more to build than those searches take.
             aho_corasick::AhoCorasick::builder()
                 .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
-                .build(self.searched.iter().map(|&i| self.names[i].as_str()))
+                .build(self.searched.iter().map(|&i| self.names[i]))
                 .ok()
         });
         // Building the automaton cannot fail for names this short; if it did, no name is searched for.
@@ -182,7 +182,7 @@ impl ToolNames {
         let mut matches = 0usize;
         let mut first = None;
         for &index in &self.searched {
-            let name = self.names[index].as_str();
+            let name = self.names[index];
             let finder = memchr::memmem::Finder::new(name.as_bytes());
             let mut from = 0;
             while let Some(found) = bytes.get(from..).and_then(|rest| finder.find(rest)) {
@@ -213,7 +213,7 @@ pub struct TextContext<'a> {
     /// The tool the text belongs to.
     pub own_tool: &'a str,
     /// Every tool name in the snapshot (a description naming another tool may shadow it).
-    pub tool_names: Option<&'a ToolNames>,
+    pub tool_names: Option<&'a ToolNames<'a>>,
 }
 
 /// Reviews one model-visible text.
@@ -388,8 +388,7 @@ mod tests {
     use super::*;
 
     fn rules(text: &str, previous: Option<&str>) -> Vec<String> {
-        let names = vec!["search".to_owned(), "send_email".to_owned()];
-        let names = ToolNames::new(names);
+        let names = ToolNames::new(vec!["search", "send_email"]);
         let context = TextContext { previous, own_tool: "search", tool_names: Some(&names) };
         review_text(text, context)
             .into_iter()
@@ -490,7 +489,7 @@ mod tests {
     fn a_text_gluing_every_name_into_longer_words_mentions_none_and_one_standing_alone_is_found() {
         let names: Vec<String> = (0..2000).map(|i| format!("tool{i:04}")).collect();
         let glued: String = names.iter().map(|n| format!("x{n}x ")).collect::<String>().repeat(20);
-        let tool_names = ToolNames::new(names.clone());
+        let tool_names = ToolNames::new(names.iter().map(String::as_str).collect());
         assert_eq!(tool_names.first_mentioned(&glued, "tool0000"), None);
         let text = format!("{glued} then tool1999 and tool0500.");
         let at = text.find(" tool0500").map(|at| at + 1);
@@ -531,7 +530,7 @@ mod tests {
                         .map(|at| (at, name.len()))
                 });
             for work in [0, usize::MAX] {
-                let tool_names = ToolNames::with_automaton_work(names.clone(), work);
+                let tool_names = ToolNames::with_automaton_work(names.iter().map(String::as_str).collect(), work);
                 proptest::prop_assert_eq!(tool_names.first_mentioned(&text, &own), naive, "automaton work {}", work);
             }
         }
@@ -550,15 +549,16 @@ mod tests {
             // A long run first (every name matches at nearly each of its places), then words that may
             // stand alone: found only where the budget lasts to them.
             let text = format!("{} {words}", "a".repeat(long_run));
-            let automaton = ToolNames::with_automaton_work(names.clone(), 0).first_mentioned(&text, &own);
-            let by_name = ToolNames::with_automaton_work(names, usize::MAX);
+            let automaton = ToolNames::with_automaton_work(names.iter().map(String::as_str).collect(), 0).first_mentioned(&text, &own);
+            let by_name = ToolNames::with_automaton_work(names.iter().map(String::as_str).collect(), usize::MAX);
             proptest::prop_assert_eq!(by_name.first_mentioned(&text, &own), automaton);
         }
     }
 
     #[test]
     fn texts_are_searched_name_by_name_until_that_costs_what_the_automaton_would() {
-        let names = ToolNames::new((0..50).map(|i| format!("tool_{i:02}")).collect());
+        let listed: Vec<String> = (0..50).map(|i| format!("tool_{i:02}")).collect();
+        let names = ToolNames::new(listed.iter().map(String::as_str).collect());
         let text = "Use this rather than tool_07 for searching.";
         for _ in 0..100 {
             assert_eq!(names.first_mentioned(text, "tool_01"), Some((21, 7)));
@@ -566,7 +566,7 @@ mod tests {
         let rented = names.searched_by_name.load(std::sync::atomic::Ordering::Relaxed);
         assert!(names.matcher.get().is_some(), "the automaton is built once searches cost as much");
         assert!(rented > names.automaton_work, "{rented} spent of {}", names.automaton_work);
-        let fresh = ToolNames::new((0..50).map(|i| format!("tool_{i:02}")).collect());
+        let fresh = ToolNames::new(listed.iter().map(String::as_str).collect());
         assert_eq!(fresh.first_mentioned(text, "tool_01"), Some((21, 7)));
         assert!(fresh.matcher.get().is_none(), "one text is searched name by name");
     }
