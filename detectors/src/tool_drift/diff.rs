@@ -89,7 +89,7 @@ pub(crate) fn diff_indexed_within(
         _ => false,
     };
     let mut listing = Listing { per_kind, ..Listing::default() };
-    let mut visit = |pair: &(Option<&IndexedTool>, Option<&IndexedTool>), normal: Option<Normals>| {
+    let mut visit = |pair: &(Option<&IndexedTool>, Option<&IndexedTool>), normal: Option<&Normals>| {
         let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { return };
         let mut differ = ToolDiffer {
             tool: name,
@@ -100,7 +100,7 @@ pub(crate) fn diff_indexed_within(
         match (pair, normal) {
             (_, Some(Normals::Changed(before, after))) => differ.tool(&before.definition, &after.definition),
             (_, Some(Normals::Added(after))) => {
-                let flags = review_tool(&after, &tool_names);
+                let flags = review_tool(after, &tool_names);
                 differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
             }
             ((Some(_), None), None) => {
@@ -114,21 +114,52 @@ pub(crate) fn diff_indexed_within(
         }
     };
     let wanted: Vec<usize> = (0..pairs.len()).filter(|&i| compared(&pairs[i])).collect();
-    let mut visited = 0;
-    // Normal forms are built a run at a time: memory holds one run's, not every changed tool's of a long list.
-    for run in wanted.chunks(split.at_once.max(1)) {
-        let mut normals = map_ordered(run.len(), (split.threads)(run.len()), |i, _| match pairs[run[i]] {
+    let build = |run: &[usize]| -> Vec<Option<Normals>> {
+        map_ordered(run.len(), (split.threads)(run.len()), |i, _| match pairs[run[i]] {
             (Some(before), Some(after)) => Some(Normals::Changed(old.normal(before), new.normal(after))),
             (None, Some(after)) => Some(Normals::Added(new.normal(after))),
             _ => None,
         })
-        .into_iter();
+    };
+    let mut visited = 0;
+    // Visits the pairs up to the end of a run.
+    let mut visit_run = |run: &[usize], normals: Vec<Option<Normals>>| {
+        let mut next = normals.iter();
         let end = run.last().map_or(visited, |&last| last + 1);
         for (at, pair) in pairs.iter().enumerate().take(end).skip(visited) {
-            let normal = if run.binary_search(&at).is_ok() { normals.next().flatten() } else { None };
+            let normal =
+                if run.binary_search(&at).is_ok() { next.next().and_then(Option::as_ref) } else { None };
             visit(pair, normal);
         }
         visited = end;
+    };
+    // Normal forms are built a run at a time, and the next run's are built while this run's are compared
+    // (comparing and listing stay on this thread, in list order): memory holds two runs' normal forms, not
+    // every changed tool's of a long list.
+    // A split of one thread builds and compares by turns, on this thread.
+    let pipelined = (split.threads)(wanted.len()) > 1;
+    let mut built: Option<(&[usize], Vec<Option<Normals>>)> = None;
+    for run in wanted.chunks((split.at_once / 2).max(1)) {
+        let next = match built.take() {
+            None => build(run),
+            Some((done, normals)) if !pipelined => {
+                visit_run(done, normals);
+                build(run)
+            }
+            Some((done, normals)) => std::thread::scope(|scope| {
+                let building = std::thread::Builder::new().spawn_scoped(scope, || build(run));
+                visit_run(done, normals);
+                match building {
+                    // A panic in a run is a bug: it goes on in the caller as it would have without threads.
+                    Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(_) => build(run),
+                }
+            }),
+        };
+        built = Some((run, next));
+    }
+    if let Some((done, normals)) = built {
+        visit_run(done, normals);
     }
     for pair in &pairs[visited..] {
         visit(pair, None);
