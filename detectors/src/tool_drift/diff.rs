@@ -48,8 +48,42 @@ enum Normals {
     Added(NormalTool),
 }
 
-/// [`diff_indexed`] listing at most `(changes, bytes)` of each kind of consequence, building normal forms
-/// in runs split over threads as `split` says (tests hold the listing to the whole, and any split to one
+/// A pair of the side-by-side walk: the tool of a name in the old list, in the new one.
+type Pair<'t> = (Option<&'t IndexedTool>, Option<&'t IndexedTool>);
+
+/// What one pair needs to be diffed besides its normal forms.
+struct PairContext<'c> {
+    tool_names: &'c ToolNames<'c>,
+    /// Removed tools whose definition reappears under a new name: old name -> new name.
+    renamed_to: &'c HashMap<&'c str, &'c str>,
+}
+
+impl PairContext<'_> {
+    /// Lists the changes of one pair (normal forms for changed and added tools, none for removed ones).
+    fn visit(&self, pair: &Pair<'_>, normal: Option<&Normals>, listing: &mut Listing) {
+        let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { return };
+        let mut differ =
+            ToolDiffer { tool: name, tool_names: self.tool_names, listing, description_rewritten: false };
+        match (pair, normal) {
+            (_, Some(Normals::Changed(before, after))) => differ.tool(&before.definition, &after.definition),
+            (_, Some(Normals::Added(after))) => {
+                let flags = review_tool(after, self.tool_names);
+                differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
+            }
+            ((Some(_), None), None) => {
+                let (kind, after) = match self.renamed_to.get(name) {
+                    Some(renamed) => (ChangeType::ToolRenamed, json!(renamed)),
+                    None => (ChangeType::ToolRemoved, Value::Null),
+                };
+                differ.emit(kind, None, &Path::root(), json!(name), after, vec![]);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// [`diff_indexed`] listing at most `(changes, bytes)` of each kind of consequence, the compared tools
+/// split over threads as `split` says (tests hold the listing to the whole, and any split to one
 /// thread's).
 pub(crate) fn diff_indexed_within(
     old: IndexedList<'_>,
@@ -59,8 +93,7 @@ pub(crate) fn diff_indexed_within(
 ) -> ListedChanges {
     let tool_names = ToolNames::new(new.index.tools().iter().map(|t| &*t.name).collect());
     // Both indexes are sorted by name: walked side by side, once.
-    let pairs: Vec<(Option<&IndexedTool>, Option<&IndexedTool>)> =
-        side_by_side(old.index, new.index).collect();
+    let pairs: Vec<Pair<'_>> = side_by_side(old.index, new.index).collect();
     let removed: Vec<&IndexedTool> = pairs.iter().filter_map(|pair| only_first(*pair)).collect();
     let added: Vec<&IndexedTool> = pairs.iter().filter_map(|&(a, b)| only_first((b, a))).collect();
 
@@ -83,86 +116,49 @@ pub(crate) fn diff_indexed_within(
 
     // The names whose normal forms the diff reads: changed tools (equal digests, equal normal forms: most
     // tools of a new list) and added ones (the new name of a renamed tool is reported with its old name).
-    let compared = |pair: &(Option<&IndexedTool>, Option<&IndexedTool>)| match pair {
+    let compared = |pair: &Pair<'_>| match pair {
         (Some(before), Some(after)) => before.definition != after.definition,
         (None, Some(after)) => still_added.contains(&*after.name),
         _ => false,
     };
+    let context = PairContext { tool_names: &tool_names, renamed_to: &renamed_to };
+    let normals = |pair: &Pair<'_>| match *pair {
+        (Some(before), Some(after)) => Some(Normals::Changed(old.normal(before), new.normal(after))),
+        (None, Some(after)) => Some(Normals::Added(new.normal(after))),
+        _ => None,
+    };
+    // Each compared tool is diffed where its normal forms are built (and dropped: by the thread that
+    // allocated them), into a listing of its own with room for a few changes of each kind; the calling
+    // thread then lists those changes in list order under the diff's bounds, exactly as if it had found
+    // them itself. A tool with more changes than its own listing holds is diffed again by the calling
+    // thread, so the bounds cost at most a second diff of such a tool, and memory holds a run's listings.
+    let per_tool = (per_kind.0.min(split.per_tool.0), per_kind.1.min(split.per_tool.1));
+    let find = |pair: &Pair<'_>| -> Option<Listing> {
+        let mut own = Listing { per_kind: per_tool, ..Listing::default() };
+        context.visit(pair, normals(pair).as_ref(), &mut own);
+        own.omitted.is_empty().then_some(own)
+    };
     let mut listing = Listing { per_kind, ..Listing::default() };
-    let mut visit = |pair: &(Option<&IndexedTool>, Option<&IndexedTool>), normal: Option<&Normals>| {
-        let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { return };
-        let mut differ = ToolDiffer {
-            tool: name,
-            tool_names: &tool_names,
-            listing: &mut listing,
-            description_rewritten: false,
-        };
-        match (pair, normal) {
-            (_, Some(Normals::Changed(before, after))) => differ.tool(&before.definition, &after.definition),
-            (_, Some(Normals::Added(after))) => {
-                let flags = review_tool(after, &tool_names);
-                differ.emit(ChangeType::ToolAdded, None, &Path::root(), Value::Null, json!(name), flags);
-            }
-            ((Some(_), None), None) => {
-                let (kind, after) = match renamed_to.get(name) {
-                    Some(renamed) => (ChangeType::ToolRenamed, json!(renamed)),
-                    None => (ChangeType::ToolRemoved, Value::Null),
-                };
-                differ.emit(kind, None, &Path::root(), json!(name), after, vec![]);
-            }
-            _ => {}
-        }
-    };
     let wanted: Vec<usize> = (0..pairs.len()).filter(|&i| compared(&pairs[i])).collect();
-    let build = |run: &[usize]| -> Vec<Option<Normals>> {
-        map_ordered(run.len(), (split.threads)(run.len()), |i, _| match pairs[run[i]] {
-            (Some(before), Some(after)) => Some(Normals::Changed(old.normal(before), new.normal(after))),
-            (None, Some(after)) => Some(Normals::Added(new.normal(after))),
-            _ => None,
-        })
-    };
+    let threads = (split.threads)(wanted.len());
     let mut visited = 0;
-    // Visits the pairs up to the end of a run.
-    let mut visit_run = |run: &[usize], normals: Vec<Option<Normals>>| {
-        let mut next = normals.iter();
+    for run in wanted.chunks(split.at_once.max(1)) {
+        let mut found = map_ordered(run.len(), threads, |i, _| find(&pairs[run[i]])).into_iter();
         let end = run.last().map_or(visited, |&last| last + 1);
         for (at, pair) in pairs.iter().enumerate().take(end).skip(visited) {
-            let normal =
-                if run.binary_search(&at).is_ok() { next.next().and_then(Option::as_ref) } else { None };
-            visit(pair, normal);
+            if run.binary_search(&at).is_err() {
+                context.visit(pair, None, &mut listing);
+                continue;
+            }
+            match found.next().flatten() {
+                Some(own) => listing.take(own),
+                None => context.visit(pair, normals(pair).as_ref(), &mut listing),
+            }
         }
         visited = end;
-    };
-    // Normal forms are built a run at a time, and the next run's are built while this run's are compared
-    // (comparing and listing stay on this thread, in list order): memory holds two runs' normal forms, not
-    // every changed tool's of a long list.
-    // A split of one thread builds and compares by turns, on this thread.
-    let pipelined = (split.threads)(wanted.len()) > 1;
-    let mut built: Option<(&[usize], Vec<Option<Normals>>)> = None;
-    for run in wanted.chunks((split.at_once / 2).max(1)) {
-        let next = match built.take() {
-            None => build(run),
-            Some((done, normals)) if !pipelined => {
-                visit_run(done, normals);
-                build(run)
-            }
-            Some((done, normals)) => std::thread::scope(|scope| {
-                let building = std::thread::Builder::new().spawn_scoped(scope, || build(run));
-                visit_run(done, normals);
-                match building {
-                    // A panic in a run is a bug: it goes on in the caller as it would have without threads.
-                    Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    Err(_) => build(run),
-                }
-            }),
-        };
-        built = Some((run, next));
-    }
-    if let Some((done, normals)) = built {
-        visit_run(done, normals);
     }
     for pair in &pairs[visited..] {
-        visit(pair, None);
+        context.visit(pair, None, &mut listing);
     }
     ListedChanges { changes: listing.changes, omitted: listing.omitted }
 }
@@ -208,6 +204,37 @@ struct Listing {
     found: usize,
     /// Where an unlisted change is written, for the caller to refine and nobody to read.
     unlisted: Option<SchemaChange>,
+    /// The kind of consequence and the size of each listed change (for [`Listing::take`]).
+    kinds: Vec<(usize, usize)>,
+}
+
+impl Listing {
+    /// Counts a change of `kind` and `size` found: listed if its kind has room left (the first of each
+    /// kind always), else counted as omitted.
+    fn admits(&mut self, kind: usize, size: usize, classification: Classification) -> bool {
+        self.found += 1;
+        let (listed, bytes) = &mut self.listed[kind];
+        let (most, most_bytes) = self.per_kind;
+        if *listed > 0 && (*listed >= most || *bytes + size > most_bytes) {
+            *self.omitted.entry(classification).or_default() += 1;
+            return false;
+        }
+        *listed += 1;
+        *bytes += size;
+        self.kinds.push((kind, size));
+        true
+    }
+
+    /// Lists the changes another listing found (all it found: none omitted), in order, as if this one had
+    /// found them.
+    fn take(&mut self, found: Listing) {
+        debug_assert!(found.omitted.is_empty(), "a listing taken whole");
+        for (change, (kind, size)) in found.changes.into_iter().zip(found.kinds) {
+            if self.admits(kind, size, change.classification) {
+                self.changes.push(change);
+            }
+        }
+    }
 }
 
 fn kind_of(classification: Classification, flags: &[SecurityFlag]) -> usize {
@@ -436,9 +463,7 @@ impl ToolDiffer<'_> {
             self.flag_exfiltration_parameter(change_type, direction, path, &after, &mut security_flags);
         }
         let listing = &mut *self.listing;
-        listing.found += 1;
         let kind = kind_of(classification, &security_flags);
-        let (listed, bytes) = &mut listing.listed[kind];
         let size = self.tool.len() + 2 * path.text_len() + 2 * (text_len(&before) + text_len(&after));
         let change = SchemaChange {
             change_type,
@@ -454,13 +479,9 @@ impl ToolDiffer<'_> {
             old_description: None,
             new_description: None,
         };
-        let (most, most_bytes) = listing.per_kind;
-        if *listed > 0 && (*listed >= most || *bytes + size > most_bytes) {
-            *listing.omitted.entry(classification).or_default() += 1;
+        if !listing.admits(kind, size, classification) {
             return listing.unlisted.insert(change);
         }
-        *listed += 1;
-        *bytes += size;
         listing.changes.push(SchemaChange {
             tool_name: self.tool.to_owned(),
             param_name: path.param_name(),

@@ -16,17 +16,19 @@ pub(super) fn threads_for(count: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |cores| cores.get())
 }
 
-/// How per-tool work is split: the threads for a count of tools, and how many tools' results are held at
-/// once where results are large (normal forms).
+/// How per-tool work of a diff is split: the threads for a count of tools, how many tools' results are
+/// held at once, and the changes (and bytes of their text) of each kind one tool's own listing holds.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Split {
     pub threads: fn(usize) -> usize,
     pub at_once: usize,
+    pub per_tool: (usize, usize),
 }
 
 impl Split {
-    /// Every core for long lists, results of 1,024 tools at a time.
-    pub const MACHINE: Split = Split { threads: threads_for, at_once: 1_024 };
+    /// Every core for long lists, the changes of 256 tools at a time, each listing 16 changes (16 KiB)
+    /// of each kind: at most a few MB held, and far more than a real tool's changes.
+    pub const MACHINE: Split = Split { threads: threads_for, at_once: 256, per_tool: (16, 16 << 10) };
 }
 
 /// `each(i, scratch)` for every `i` in `0..count`, in order, over up to `threads` threads (each with a

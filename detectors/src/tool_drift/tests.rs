@@ -1242,6 +1242,7 @@ proptest! {
         new in arb_tools(),
         most in 1usize..4,
         most_bytes in prop::sample::select(vec![0usize, 40, 400, usize::MAX]),
+        per_tool in 1usize..3,
     ) {
         let (old, new) = (ToolsText::from_values(&old), ToolsText::from_values(&new));
         let old_index = ToolIndex::new(&old);
@@ -1250,7 +1251,11 @@ proptest! {
             (IndexedList { tools: &old, index: &old_index }, IndexedList { tools: &new, index: &new_index });
         let whole = diff::diff_indexed_within(old, new, (usize::MAX, usize::MAX), Split::MACHINE);
         prop_assert!(whole.omitted.is_empty());
-        let cut = diff::diff_indexed_within(old, new, (most, most_bytes), Split { threads: |_| 3, at_once: 2 });
+        let split = Split { threads: |_| 3, at_once: 2, per_tool: (per_tool, most_bytes) };
+        let cut = diff::diff_indexed_within(old, new, (most, most_bytes), split);
+        // Changes found tool by tool on other threads are listed as one thread listing them all would.
+        let one = Split { threads: |_| 1, at_once: usize::MAX, per_tool: (usize::MAX, usize::MAX) };
+        prop_assert_eq!(&cut, &diff::diff_indexed_within(old, new, (most, most_bytes), one));
         // The listed changes are the whole diff's, in its order, and the rest are counted by classification.
         let mut rest = whole.changes.iter();
         for change in &cut.changes {
@@ -1272,14 +1277,15 @@ proptest! {
         prop_assert_eq!(cut.changes.is_empty(), whole.changes.is_empty());
     }
 
-    /// Indexing and diffing split over threads, and normal forms built a few at a time, give what one
-    /// thread building them all gives, in the same order.
+    /// Indexing and diffing split over threads, tools diffed a few at a time into listings of their own
+    /// (too small for some: diffed again), give what one thread diffing them all gives, in the same order.
     #[test]
     fn any_split_indexes_and_diffs_as_one_thread(
         old in prop::collection::vec(arb_tools(), 0..12),
         new in prop::collection::vec(arb_tools(), 0..12),
         threads in 2usize..5,
         at_once in 1usize..6,
+        per_tool in (1usize..4, prop::sample::select(vec![0usize, 40, 400, usize::MAX])),
     ) {
         // Many names: the tools of each generated list get a suffix (of five, so names recur).
         let named = |lists: Vec<Vec<Value>>| -> ToolsText {
@@ -1295,8 +1301,8 @@ proptest! {
         };
         let (old, new) = (named(old), named(new));
         let threads: fn(usize) -> usize = match threads { 2 => |_| 2, 3 => |_| 3, _ => |_| 4 };
-        let one = Split { threads: |_| 1, at_once: usize::MAX };
-        let split = Split { threads, at_once };
+        let one = Split { threads: |_| 1, at_once: usize::MAX, per_tool: (usize::MAX, usize::MAX) };
+        let split = Split { threads, at_once, per_tool };
         let old_index = ToolIndex::new_over(&old, one.threads);
         prop_assert_eq!(&ToolIndex::new_over(&old, split.threads), &old_index);
         let known = [IndexedList { tools: &old, index: &old_index }];
