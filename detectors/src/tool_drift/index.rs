@@ -108,7 +108,8 @@ impl ToolIndex {
             in_place.or_else(|| {
                 // Seeded per process: texts a server chose cannot be made to collide.
                 let by_text: &HashMap<&str, &IndexedTool, RandomState> = by_text.get_or_init(|| {
-                    let mut by_text = HashMap::with_hasher(RandomState::default());
+                    let known_tools = known.iter().map(|list| list.index.len()).sum();
+                    let mut by_text = HashMap::with_capacity_and_hasher(known_tools, RandomState::default());
                     for list in known {
                         for tool in list.index.tools() {
                             if let Some(text) = list.tools.entries().get(tool.at) {

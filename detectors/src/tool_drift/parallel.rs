@@ -13,7 +13,13 @@ pub(super) fn threads_for(count: usize) -> usize {
     if count < PARALLEL_FROM {
         return 1;
     }
-    std::thread::available_parallelism().map_or(1, |cores| cores.get())
+    cores()
+}
+
+/// The machine's cores, read once: `available_parallelism` reads the cgroup's quota files at every call.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |cores| cores.get()))
 }
 
 /// How per-tool work of a diff is split: the threads for a count of tools, how many tools' results are
