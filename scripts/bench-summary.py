@@ -107,6 +107,11 @@ if small and large:
     add("tools_1000_pair", "1,000-tool pair (parsed): index both, diff", f"{small / 1e6:,.1f} ms", ms=small / 1e6)
     add("tools_10000_pair", "10,000-tool pair (parsed): index both, diff", f"{large / 1e6:,.1f} ms",
         "the 1,000-tool pair x 10 (linear)", large / small / 10, ms=large / 1e6)
+crowded = mean_ns("tool_drift", "hash_and_diff_tools_crowded", "10000")
+if crowded and large:
+    add("tools_10000_crowded", "10,000-tool pair, 40 more parameters each, all retyped in each changed tool "
+        "(more changes of a kind than a tool's own listing holds: diffed again)", f"{crowded / 1e6:,.1f} ms",
+        "the 10,000-tool pair", crowded / large, ms=crowded / 1e6)
 
 embedded = service("embedded")
 if embedded:

@@ -199,6 +199,23 @@ fn tool_list_diff(c: &mut Criterion) {
             b.iter(|| hash_and_diff(black_box(&old), black_box(&new)))
         });
     }
+    // The diff's worst case for its split: every changed tool has more changes of one kind (40 types
+    // flipped) than a tool's own listing holds on another thread, so the calling thread diffs it again.
+    let crowded = |variant: bool| -> ToolsText {
+        let mut tools = tool_list_of(10_000, variant);
+        for (i, tool) in tools.iter_mut().enumerate() {
+            for k in 0..40 {
+                let flipped = variant && i % 5 == 0;
+                tool["inputSchema"]["properties"][format!("p{k}")] =
+                    json!({"type": if flipped { "integer" } else { "string" }});
+            }
+        }
+        ToolsText::from_values(&tools)
+    };
+    let (old, new) = (crowded(false), crowded(true));
+    group.bench_function(BenchmarkId::new("hash_and_diff_tools_crowded", 10_000), |b| {
+        b.iter(|| hash_and_diff(black_box(&old), black_box(&new)))
+    });
     group.finish();
 }
 

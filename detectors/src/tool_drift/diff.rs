@@ -128,15 +128,21 @@ pub(crate) fn diff_indexed_within(
         _ => None,
     };
     // Each compared tool is diffed where its normal forms are built (and dropped: by the thread that
-    // allocated them), into a listing of its own with room for a few changes of each kind; the calling
-    // thread then lists those changes in list order under the diff's bounds, exactly as if it had found
-    // them itself. A tool with more changes than its own listing holds is diffed again by the calling
-    // thread, so the bounds cost at most a second diff of such a tool, and memory holds a run's listings.
-    let per_tool = (per_kind.0.min(split.per_tool.0), per_kind.1.min(split.per_tool.1));
+    // allocated them), into a listing of its own with room for a few changes of each kind that also keeps
+    // the order of what it only counted; the calling thread then lists those changes in list order under
+    // the diff's bounds, exactly as if it had found them itself. Where a change the tool's own listing only
+    // counted would have been listed (its kind still has room in the diff's listing), or the tool found
+    // changes in too many alternations of kinds, the calling thread diffs that tool again itself: at most
+    // a second diff of a tool, and memory holds a run's own listings, each bounded.
+    let room = ToolRoom {
+        changes: per_kind.0.min(split.per_tool.changes),
+        bytes: per_kind.1.min(split.per_tool.bytes),
+        runs: split.per_tool.runs,
+    };
     let find = |pair: &Pair<'_>| -> Option<Listing> {
-        let mut own = Listing { per_kind: per_tool, ..Listing::default() };
+        let mut own = Listing::of_one_tool(room);
         context.visit(pair, normals(pair).as_ref(), &mut own);
-        own.omitted.is_empty().then_some(own)
+        own.order.as_ref().is_some_and(|order| order.len() <= room.runs).then_some(own)
     };
     let mut listing = Listing { per_kind, ..Listing::default() };
     let wanted: Vec<usize> = (0..pairs.len()).filter(|&i| compared(&pairs[i])).collect();
@@ -150,9 +156,9 @@ pub(crate) fn diff_indexed_within(
                 context.visit(pair, None, &mut listing);
                 continue;
             }
-            match found.next().flatten() {
-                Some(own) => listing.take(own),
-                None => context.visit(pair, normals(pair).as_ref(), &mut listing),
+            let taken = found.next().flatten().is_some_and(|own| listing.take(own));
+            if !taken {
+                context.visit(pair, normals(pair).as_ref(), &mut listing);
             }
         }
         visited = end;
@@ -204,36 +210,114 @@ struct Listing {
     found: usize,
     /// Where an unlisted change is written, for the caller to refine and nobody to read.
     unlisted: Option<SchemaChange>,
-    /// The kind of consequence and the size of each listed change (for [`Listing::take`]).
-    kinds: Vec<(usize, usize)>,
+    /// A tool's own listing: what it found, listed or counted, in order (for [`Listing::take`]); past
+    /// `runs` entries it stops keeping them (and cannot be taken).
+    order: Option<Vec<Found>>,
+    runs: usize,
+}
+
+/// A change a tool's own listing found: listed (the next of its changes), or counted (a stretch of
+/// changes of one kind, the smallest of them `least` bytes).
+#[derive(Clone, Copy)]
+enum Found {
+    Listed { kind: usize, size: usize },
+    Counted { kind: usize, classification: Classification, count: u64, least: usize },
+}
+
+/// The room of one tool's own listing on another thread: changes and bytes listed of each kind, and
+/// entries of its order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ToolRoom {
+    pub changes: usize,
+    pub bytes: usize,
+    pub runs: usize,
+}
+
+impl ToolRoom {
+    /// Room for everything (a tool's own listing that is never diffed again).
+    #[cfg(test)]
+    pub const UNBOUNDED: ToolRoom = ToolRoom { changes: usize::MAX, bytes: usize::MAX, runs: usize::MAX };
+}
+
+/// Whether a kind that listed `listed` changes of `bytes` has room for one more of `size` (the first of
+/// each kind always has).
+fn has_room((listed, bytes): (usize, usize), (most, most_bytes): (usize, usize), size: usize) -> bool {
+    listed == 0 || (listed < most && bytes + size <= most_bytes)
 }
 
 impl Listing {
-    /// Counts a change of `kind` and `size` found: listed if its kind has room left (the first of each
-    /// kind always), else counted as omitted.
-    fn admits(&mut self, kind: usize, size: usize, classification: Classification) -> bool {
-        self.found += 1;
-        let (listed, bytes) = &mut self.listed[kind];
-        let (most, most_bytes) = self.per_kind;
-        if *listed > 0 && (*listed >= most || *bytes + size > most_bytes) {
-            *self.omitted.entry(classification).or_default() += 1;
-            return false;
+    fn of_one_tool(room: ToolRoom) -> Self {
+        Listing {
+            per_kind: (room.changes, room.bytes),
+            order: Some(Vec::new()),
+            runs: room.runs,
+            ..Listing::default()
         }
-        *listed += 1;
-        *bytes += size;
-        self.kinds.push((kind, size));
-        true
     }
 
-    /// Lists the changes another listing found (all it found: none omitted), in order, as if this one had
-    /// found them.
-    fn take(&mut self, found: Listing) {
-        debug_assert!(found.omitted.is_empty(), "a listing taken whole");
-        for (change, (kind, size)) in found.changes.into_iter().zip(found.kinds) {
-            if self.admits(kind, size, change.classification) {
-                self.changes.push(change);
+    /// Counts a change of `kind` and `size` found: listed if its kind has room left, else counted as
+    /// omitted.
+    fn admits(&mut self, kind: usize, size: usize, classification: Classification) -> bool {
+        self.found += 1;
+        let slot = &mut self.listed[kind];
+        let listed = has_room(*slot, self.per_kind, size);
+        if listed {
+            slot.0 += 1;
+            slot.1 += size;
+        } else {
+            *self.omitted.entry(classification).or_default() += 1;
+        }
+        if let Some(order) = self.order.as_mut().filter(|order| order.len() <= self.runs) {
+            match (listed, order.last_mut()) {
+                (true, _) => order.push(Found::Listed { kind, size }),
+                (false, Some(Found::Counted { kind: last, count, least, .. })) if *last == kind => {
+                    *count += 1;
+                    *least = (*least).min(size);
+                }
+                (false, _) => order.push(Found::Counted { kind, classification, count: 1, least: size }),
             }
         }
+        listed
+    }
+
+    /// Lists the changes a tool's own listing found, in order, as if this one had found them; false (and
+    /// nothing taken) where a change it only counted would have been listed here.
+    fn take(&mut self, own: Listing) -> bool {
+        let Some(order) = own.order else { return false };
+        // A dry run over the counts: a stretch of counted changes all stay unlisted here if the smallest
+        // does (nothing is listed in between).
+        let mut listed = self.listed;
+        for found in &order {
+            match *found {
+                Found::Listed { kind, size } => {
+                    if has_room(listed[kind], self.per_kind, size) {
+                        listed[kind].0 += 1;
+                        listed[kind].1 += size;
+                    }
+                }
+                Found::Counted { kind, least, .. } => {
+                    if has_room(listed[kind], self.per_kind, least) {
+                        return false;
+                    }
+                }
+            }
+        }
+        let mut changes = own.changes.into_iter();
+        for found in order {
+            match found {
+                Found::Listed { kind, size } => {
+                    let Some(change) = changes.next() else { break };
+                    if self.admits(kind, size, change.classification) {
+                        self.changes.push(change);
+                    }
+                }
+                Found::Counted { classification, count, .. } => {
+                    self.found += count as usize;
+                    *self.omitted.entry(classification).or_default() += count;
+                }
+            }
+        }
+        true
     }
 }
 

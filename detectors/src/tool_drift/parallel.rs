@@ -23,18 +23,23 @@ fn cores() -> usize {
 }
 
 /// How per-tool work of a diff is split: the threads for a count of tools, how many tools' results are
-/// held at once, and the changes (and bytes of their text) of each kind one tool's own listing holds.
+/// held at once, and the room of each tool's own listing.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Split {
     pub threads: fn(usize) -> usize,
     pub at_once: usize,
-    pub per_tool: (usize, usize),
+    pub per_tool: super::diff::ToolRoom,
 }
 
 impl Split {
-    /// Every core for long lists, the changes of 256 tools at a time, each listing 16 changes (16 KiB)
-    /// of each kind: at most a few MB held, and far more than a real tool's changes.
-    pub const MACHINE: Split = Split { threads: threads_for, at_once: 256, per_tool: (16, 16 << 10) };
+    /// Every core for long lists, the changes of 256 tools at a time, each tool's own listing with room
+    /// for 16 changes (16 KiB) of each kind and 1,024 stretches of counted ones: a few MB held at most,
+    /// and far more than a real tool's changes.
+    pub const MACHINE: Split = Split {
+        threads: threads_for,
+        at_once: 256,
+        per_tool: super::diff::ToolRoom { changes: 16, bytes: 16 << 10, runs: 1_024 },
+    };
 }
 
 /// `each(i, scratch)` for every `i` in `0..count`, in order, over up to `threads` threads (each with a
