@@ -83,7 +83,11 @@ pub fn check_tools_text(
     }
     let mut copied = 0usize;
     for (index, entry) in tools.entries().iter().enumerate() {
-        // Most tools are checked without building values: the borrowed reader gives their depth, and a
+        // Most tools pass at a glance (one pass over the text, nothing built).
+        if node::plainly_within(entry.get(), limits.max_depth) {
+            continue;
+        }
+        // The others are checked without building values: the borrowed reader gives their depth, and a
         // tool that mentions no `$ref` copies nothing in. One it does not take (nested past its own limit),
         // or one with references to expand, is read as a value.
         if let Some(tool) = node::parse(entry.get()) {

@@ -124,6 +124,71 @@ pub(super) fn parse(text: &str) -> Option<Node<'_>> {
     (reader.at == text.len()).then_some(node)
 }
 
+/// Whether a tool's text (validated by serde_json, as [`parse`] takes it) certainly nests no deeper than
+/// `max_depth`, holds no `$ref` member and reads as a value, told in one pass that builds nothing: the
+/// containers open at once bound its depth from above; a `$ref` anywhere in the text, an escape that could
+/// spell one or that serde_json might refuse (a lone surrogate), or a number it might refuse (an exponent,
+/// or long) answers no, and the tree decides. Most tools of real lists answer yes.
+pub(super) fn plainly_within(text: &str, max_depth: usize) -> bool {
+    let bytes = text.as_bytes();
+    if memchr::memmem::find(bytes, b"$ref").is_some() {
+        return false;
+    }
+    let max_open = max_depth.min(MAX_DEPTH);
+    let (mut open, mut at) = (0usize, 0usize);
+    while let Some(&byte) = bytes.get(at) {
+        match byte {
+            b'"' => {
+                at += 1;
+                loop {
+                    let Some(next) = bytes.get(at..).and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+                    else {
+                        return false;
+                    };
+                    at += next;
+                    if bytes[at] == b'"' {
+                        break;
+                    }
+                    if bytes.get(at + 1) == Some(&b'u') {
+                        let hex = bytes.get(at + 2..at + 6).and_then(|hex| std::str::from_utf8(hex).ok());
+                        match hex.and_then(|hex| u32::from_str_radix(hex, 16).ok()) {
+                            Some(0x24 | 0x72 | 0x65 | 0x66 | 0xD800..=0xDFFF) | None => return false,
+                            Some(_) => at += 6,
+                        }
+                    } else {
+                        at += 2;
+                    }
+                }
+            }
+            b'{' | b'[' => {
+                open += 1;
+                if open > max_open {
+                    return false;
+                }
+            }
+            b'}' | b']' => open = open.saturating_sub(1),
+            b'-' | b'0'..=b'9' => {
+                let token = bytes[at..]
+                    .iter()
+                    .take_while(|b| matches!(b, b'0'..=b'9' | b'.' | b'-' | b'+' | b'e' | b'E'));
+                let (mut len, mut exponent) = (0usize, false);
+                for b in token {
+                    len += 1;
+                    exponent |= matches!(b, b'e' | b'E');
+                }
+                if exponent || len > 20 {
+                    return false;
+                }
+                at += len;
+                continue;
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+    true
+}
+
 struct Reader<'a> {
     text: &'a str,
     at: usize,
@@ -343,7 +408,50 @@ mod tests {
         })
     }
 
+    /// [`json_text`] with what [`plainly_within`] must notice: `$ref` keys and strings, escapes that spell
+    /// one, lone surrogates, numbers serde_json refuses.
+    fn tool_text() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            4 => json_text(),
+            1 => prop::sample::select(vec![
+                r##"{"$ref":"#/$defs/a"}"##,
+                r#"{"\u0024ref":"a"}"#,
+                r#"{"$r\u0065f":1}"#,
+                r#"{"\u0024r\u0065\u0066":1}"#,
+                r#""see $ref""#,
+                r#""\ud800""#,
+                r#""\udc00 \u00e9""#,
+                "1e400",
+                "-1E-999",
+                "123456789012345678901234567890",
+                "0.5",
+                "[[[[[[]]]]]]",
+            ])
+            .prop_map(str::to_owned),
+        ];
+        prop::collection::vec(("(a|\\$ref|b)", leaf), 0..4).prop_map(|members| {
+            let members: Vec<String> =
+                members.into_iter().map(|(key, value)| format!("\"{key}\":{value}")).collect();
+            format!("{{{}}}", members.join(","))
+        })
+    }
+
     proptest! {
+        /// A text that answers yes at a glance is one the tree reads, nesting within the depth, with no
+        /// `$ref` member: what the full check would have passed.
+        #[test]
+        fn a_plain_text_is_what_the_tree_passes(text in tool_text(), max_depth in 0usize..8) {
+            prop_assume!(serde_json::from_str::<&serde_json::value::RawValue>(&text).is_ok());
+            if plainly_within(&text, max_depth) {
+                let node = parse(&text);
+                prop_assert!(node.is_some(), "{}", text);
+                let node = node.unwrap_or(Node::Null);
+                prop_assert!(node.depth() <= max_depth, "{} nests {} deep", text, node.depth());
+                prop_assert!(!node.mentions_ref(), "{}", text);
+                prop_assert!(serde_json::from_str::<Value>(&text).is_ok(), "{}", text);
+            }
+        }
+
         /// Any text reads as serde_json reads it: the same node as its `Value`, or nothing where serde_json
         /// refuses it.
         #[test]
