@@ -267,6 +267,35 @@ fn diff_lists_a_bounded_number_of_changes_and_counts_the_rest() {
     assert_eq!(out["omitted_changes"], json!({"COMPATIBLE": 2_000, "BREAKING": 2_000}));
 }
 
+/// A reader that stops early (`driftline diff … | head -1`) ends the command quietly: no panic, no
+/// backtrace, as any Unix filter (the exit is SIGPIPE's).
+#[test]
+fn diff_piped_into_a_reader_that_stops_early_ends_quietly() {
+    let list = |prefix: &str| {
+        let values: Vec<String> = (0..3_000).map(|i| format!("{prefix}{i}")).collect();
+        json!([{"name": "pick", "inputSchema": {"type": "object",
+            "properties": {"mode": {"type": "string", "enum": values}}}}])
+        .to_string()
+    };
+    let (old, new) = (temp_file("piped-old.json", &list("a")), temp_file("piped-new.json", &list("b")));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args(["diff", old.to_str().expect("path"), new.to_str().expect("path")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start driftline");
+    // Read one line, then close the pipe: the report (2,000 listed changes) is far longer than a pipe holds.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).expect("first line");
+    assert!(first.contains("6000 changes"), "{first}");
+    drop(stdout);
+    let output = child.wait_with_output().expect("run driftline");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "a closed pipe panics: {stderr}");
+    assert!(stderr.is_empty(), "nothing on stderr: {stderr}");
+}
+
 fn span(id: usize, value: Value) -> String {
     json!({"span_id": format!("s{id}"), "server": "weather", "tool": "lookup",
         "started_at": "2026-01-01T00:00:00Z", "duration_ms": 3, "status": "success", "return_value": value})

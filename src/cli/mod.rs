@@ -186,7 +186,21 @@ pub enum Format {
     Json,
 }
 
+/// For commands that only print: a reader that stops early (`| head`) ends them quietly, as it ends any
+/// Unix filter, instead of a panic in `println!` with a backtrace. Rust ignores SIGPIPE by default, and the
+/// service commands keep it so (their sockets report a closed peer as an error).
+fn end_quietly_when_the_reader_stops() {
+    #[cfg(unix)]
+    // SAFETY: called before the command starts any thread; it restores the default disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if matches!(cli.command, Command::Shape(_) | Command::Diff(_) | Command::Replay(_)) {
+        end_quietly_when_the_reader_stops();
+    }
     match cli.command {
         Command::Shape(args) => shape::run(args),
         Command::Diff(args) => diff::run(args),
