@@ -242,16 +242,19 @@ fn diff_reads_a_tools_array_a_tools_object_and_a_tools_list_response_alike() {
     }
 }
 
+/// One tool whose `mode` enum holds 3,000 values, each `prefix` and a number.
+fn wide_enum(prefix: &str) -> String {
+    let values: Vec<String> = (0..3_000).map(|i| format!("{prefix}{i}")).collect();
+    json!([{"name": "pick", "inputSchema": {"type": "object",
+        "properties": {"mode": {"type": "string", "enum": values}}}}])
+    .to_string()
+}
+
 #[test]
 fn diff_lists_a_bounded_number_of_changes_and_counts_the_rest() {
     // An enum rewritten whole: 3,000 values removed (BREAKING), 3,000 added (COMPATIBLE).
-    let list = |prefix: &str| {
-        let values: Vec<String> = (0..3_000).map(|i| format!("{prefix}{i}")).collect();
-        json!([{"name": "pick", "inputSchema": {"type": "object",
-            "properties": {"mode": {"type": "string", "enum": values}}}}])
-        .to_string()
-    };
-    let (old, new) = (temp_file("wide-old.json", &list("a")), temp_file("wide-new.json", &list("b")));
+    let (old, new) =
+        (temp_file("wide-old.json", &wide_enum("a")), temp_file("wide-new.json", &wide_enum("b")));
     let (old, new) = (old.to_str().expect("path"), new.to_str().expect("path"));
     let run = driftline(&["diff", old, new, "--fail-on", "breaking"], b"");
     assert_eq!(run.code, 1, "breaking drift: exit 1; stderr {}", run.stderr);
@@ -271,13 +274,8 @@ fn diff_lists_a_bounded_number_of_changes_and_counts_the_rest() {
 /// backtrace, as any Unix filter (the exit is SIGPIPE's).
 #[test]
 fn diff_piped_into_a_reader_that_stops_early_ends_quietly() {
-    let list = |prefix: &str| {
-        let values: Vec<String> = (0..3_000).map(|i| format!("{prefix}{i}")).collect();
-        json!([{"name": "pick", "inputSchema": {"type": "object",
-            "properties": {"mode": {"type": "string", "enum": values}}}}])
-        .to_string()
-    };
-    let (old, new) = (temp_file("piped-old.json", &list("a")), temp_file("piped-new.json", &list("b")));
+    let (old, new) =
+        (temp_file("piped-old.json", &wide_enum("a")), temp_file("piped-new.json", &wide_enum("b")));
     let mut child = Command::new(env!("CARGO_BIN_EXE_driftline"))
         .args(["diff", old.to_str().expect("path"), new.to_str().expect("path")])
         .stdout(Stdio::piped())
@@ -294,6 +292,12 @@ fn diff_piped_into_a_reader_that_stops_early_ends_quietly() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "a closed pipe panics: {stderr}");
     assert!(stderr.is_empty(), "nothing on stderr: {stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        const SIGPIPE: i32 = 13;
+        assert_eq!(output.status.signal(), Some(SIGPIPE), "ended by SIGPIPE: {:?}", output.status);
+    }
 }
 
 fn span(id: usize, value: Value) -> String {

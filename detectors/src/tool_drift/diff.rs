@@ -137,12 +137,12 @@ pub(crate) fn diff_indexed_within(
     let room = ToolRoom {
         changes: per_kind.0.min(split.per_tool.changes),
         bytes: per_kind.1.min(split.per_tool.bytes),
-        runs: split.per_tool.runs,
+        entries: split.per_tool.entries,
     };
     let find = |pair: &Pair<'_>| -> Option<Listing> {
         let mut own = Listing::of_one_tool(room);
         context.visit(pair, normals(pair).as_ref(), &mut own);
-        own.order.as_ref().is_some_and(|order| order.len() <= room.runs).then_some(own)
+        own.order.as_ref().is_some_and(|order| order.len() <= room.entries).then_some(own)
     };
     let mut listing = Listing { per_kind, ..Listing::default() };
     let wanted: Vec<usize> = (0..pairs.len()).filter(|&i| compared(&pairs[i])).collect();
@@ -211,9 +211,9 @@ struct Listing {
     /// Where an unlisted change is written, for the caller to refine and nobody to read.
     unlisted: Option<SchemaChange>,
     /// A tool's own listing: what it found, listed or counted, in order (for [`Listing::take`]); past
-    /// `runs` entries it stops keeping them (and cannot be taken).
+    /// `entries` it stops keeping it (and cannot be taken).
     order: Option<Vec<Found>>,
-    runs: usize,
+    entries: usize,
 }
 
 /// A change a tool's own listing found: listed (the next of its changes), or counted (a stretch of
@@ -225,18 +225,18 @@ enum Found {
 }
 
 /// The room of one tool's own listing on another thread: changes and bytes listed of each kind, and
-/// entries of its order.
+/// entries of its order (listed changes and stretches of counted ones).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ToolRoom {
     pub changes: usize,
     pub bytes: usize,
-    pub runs: usize,
+    pub entries: usize,
 }
 
 impl ToolRoom {
     /// Room for everything (a tool's own listing that is never diffed again).
     #[cfg(test)]
-    pub const UNBOUNDED: ToolRoom = ToolRoom { changes: usize::MAX, bytes: usize::MAX, runs: usize::MAX };
+    pub const UNBOUNDED: ToolRoom = ToolRoom { changes: usize::MAX, bytes: usize::MAX, entries: usize::MAX };
 }
 
 /// Whether a kind that listed `listed` changes of `bytes` has room for one more of `size` (the first of
@@ -250,7 +250,7 @@ impl Listing {
         Listing {
             per_kind: (room.changes, room.bytes),
             order: Some(Vec::new()),
-            runs: room.runs,
+            entries: room.entries,
             ..Listing::default()
         }
     }
@@ -267,7 +267,7 @@ impl Listing {
         } else {
             *self.omitted.entry(classification).or_default() += 1;
         }
-        if let Some(order) = self.order.as_mut().filter(|order| order.len() <= self.runs) {
+        if let Some(order) = self.order.as_mut().filter(|order| order.len() <= self.entries) {
             match (listed, order.last_mut()) {
                 (true, _) => order.push(Found::Listed { kind, size }),
                 (false, Some(Found::Counted { kind: last, count, least, .. })) if *last == kind => {

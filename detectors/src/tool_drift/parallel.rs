@@ -33,12 +33,12 @@ pub(crate) struct Split {
 
 impl Split {
     /// Every core for long lists, the changes of 256 tools at a time, each tool's own listing with room
-    /// for 16 changes (16 KiB) of each kind and 1,024 stretches of counted ones: a few MB held at most,
-    /// and far more than a real tool's changes.
+    /// for 16 changes (16 KiB) of each kind and 1,024 entries of its order (listed changes and stretches
+    /// of counted ones): a few MB held at most, and far more than a real tool's changes.
     pub const MACHINE: Split = Split {
         threads: threads_for,
         at_once: 256,
-        per_tool: super::diff::ToolRoom { changes: 16, bytes: 16 << 10, runs: 1_024 },
+        per_tool: super::diff::ToolRoom { changes: 16, bytes: 16 << 10, entries: 1_024 },
     };
 }
 

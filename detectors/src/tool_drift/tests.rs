@@ -1244,7 +1244,7 @@ proptest! {
         most in 1usize..4,
         most_bytes in prop::sample::select(vec![0usize, 40, 400, usize::MAX]),
         per_tool in 1usize..3,
-        runs in 0usize..4,
+        entries in 0usize..4,
     ) {
         let (old, new) = (ToolsText::from_values(&old), ToolsText::from_values(&new));
         let old_index = ToolIndex::new(&old);
@@ -1253,7 +1253,7 @@ proptest! {
             (IndexedList { tools: &old, index: &old_index }, IndexedList { tools: &new, index: &new_index });
         let whole = diff::diff_indexed_within(old, new, (usize::MAX, usize::MAX), Split::MACHINE);
         prop_assert!(whole.omitted.is_empty());
-        let room = ToolRoom { changes: per_tool, bytes: most_bytes, runs };
+        let room = ToolRoom { changes: per_tool, bytes: most_bytes, entries };
         let split = Split { threads: |_| 3, at_once: 2, per_tool: room };
         let cut = diff::diff_indexed_within(old, new, (most, most_bytes), split);
         // Changes found tool by tool on other threads are listed as one thread listing them all would.
@@ -1305,7 +1305,7 @@ proptest! {
         let (old, new) = (named(old), named(new));
         let threads: fn(usize) -> usize = match threads { 2 => |_| 2, 3 => |_| 3, _ => |_| 4 };
         let one = Split { threads: |_| 1, at_once: usize::MAX, per_tool: ToolRoom::UNBOUNDED };
-        let per_tool = ToolRoom { changes: per_tool.0, bytes: per_tool.1, runs: per_tool.2 };
+        let per_tool = ToolRoom { changes: per_tool.0, bytes: per_tool.1, entries: per_tool.2 };
         let split = Split { threads, at_once, per_tool };
         let old_index = ToolIndex::new_over(&old, one.threads);
         prop_assert_eq!(&ToolIndex::new_over(&old, split.threads), &old_index);
