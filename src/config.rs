@@ -390,11 +390,18 @@ pub struct LimitsConfig {
     /// Bytes of tool-list text one project's servers may hold in a detector: baselines and newest lists
     /// (a list beyond it is a dead letter). [1048576, 1099511627776]
     pub max_tool_list_bytes_per_project: usize,
+    /// Servers one project may hold detector state for, per detector process (a record adding one more is a
+    /// dead letter). [1, 10000000]
+    pub max_servers_per_project: usize,
+    /// Tools one project may hold detector state for (return-shape windows), per detector process (a call
+    /// of one more is a dead letter). [1, 100000000]
+    pub max_tools_per_project: usize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         let tool_lists = driftline_schemas::ToolListLimits::default();
+        let keys = driftline_worker::keys::KeyLimits::default();
         LimitsConfig {
             max_body_bytes: 5 * 1024 * 1024,
             max_spans_per_batch: 1000,
@@ -402,11 +409,20 @@ impl Default for LimitsConfig {
             max_schema_depth: tool_lists.max_depth,
             max_ref_expansion_nodes: tool_lists.max_ref_nodes,
             max_tool_list_bytes_per_project: tool_lists.max_project_bytes,
+            max_servers_per_project: keys.servers,
+            max_tools_per_project: keys.tools,
         }
     }
 }
 
 impl LimitsConfig {
+    pub fn keys(&self) -> driftline_worker::keys::KeyLimits {
+        driftline_worker::keys::KeyLimits {
+            servers: self.max_servers_per_project,
+            tools: self.max_tools_per_project,
+        }
+    }
+
     pub fn tool_lists(&self) -> driftline_schemas::ToolListLimits {
         driftline_schemas::ToolListLimits {
             max_tools: self.max_tools_per_list,
@@ -649,6 +665,18 @@ impl Config {
             bail!(
                 "limits.max_tool_list_bytes_per_project = {} must be in [1048576, 1099511627776]",
                 self.limits.max_tool_list_bytes_per_project
+            );
+        }
+        if !(1..=10_000_000).contains(&self.limits.max_servers_per_project) {
+            bail!(
+                "limits.max_servers_per_project = {} must be in [1, 10000000]",
+                self.limits.max_servers_per_project
+            );
+        }
+        if !(1..=100_000_000).contains(&self.limits.max_tools_per_project) {
+            bail!(
+                "limits.max_tools_per_project = {} must be in [1, 100000000]",
+                self.limits.max_tools_per_project
             );
         }
         if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {

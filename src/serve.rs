@@ -148,6 +148,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         stop_after_batches: Some(config.detector.test_stop_after_batches).filter(|&n| n > 0),
         tool_lists: config.limits.tool_lists(),
         max_batch_records: config.detector.max_batch_records,
+        keys: config.limits.keys(),
     };
     let store =
         if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };

@@ -1034,6 +1034,36 @@ fn a_projects_tool_lists_are_held_within_its_budget() {
     assert!(stderr.contains("limits.max_tool_list_bytes_per_project"), "{stderr}");
 }
 
+/// A project holds detector state for at most `limits.max_tools_per_project` tools: calls naming one more
+/// (a client putting request ids into tool names) are dead letters, and the tools held keep counting.
+#[test]
+fn a_project_tracks_at_most_its_limit_of_tools() {
+    let dir = temp_dir("tool-limit");
+    let server = Server::start(&dir, None, &[("DRIFTLINE__LIMITS__MAX_TOOLS_PER_PROJECT", "3")]);
+    let client = server.client(None);
+    let spans: Vec<Value> =
+        (0..5).map(|t| span(&format!("first-{t}"), &format!("tool-{t}"), json!({"id": t}))).collect();
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+    client.wait_for("/metrics", "two calls as dead letters", |m| {
+        m.as_str().is_some_and(|m| m.contains("driftline_worker_dead_letters_total 2"))
+    });
+    assert_eq!(client.post_json("/v1/spans", &json!([span("again", "tool-0", json!({"id": 9}))])).0, 202);
+    wait_for_calls_of(&client, "tool-0", 2);
+    let (_, tools) = client.get("/api/tools");
+    let mut names: Vec<&str> =
+        tools.as_array().into_iter().flatten().filter_map(|t| t["tool"].as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["tool-0", "tool-1", "tool-2"], "{tools}");
+    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args(["check-config"])
+        .env("DRIFTLINE__LIMITS__MAX_TOOLS_PER_PROJECT", "0")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("limits.max_tools_per_project"), "{stderr}");
+}
+
 /// Hostile requests cannot grow /metrics: made-up methods and unknown paths share one series each.
 #[test]
 fn metrics_labels_come_from_a_closed_set() {

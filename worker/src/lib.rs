@@ -4,9 +4,11 @@
 //! This is glue at the edge: detection itself lives in `driftline-detectors` and knows nothing of the bus
 //! or the store.
 
+pub mod keys;
 mod metrics;
 pub mod tool_lists;
 
+use keys::{KeyLimits, KeysHeld};
 use tool_lists::ListTexts;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -58,6 +60,8 @@ pub struct WorkerSettings {
     pub tool_lists: driftline_schemas::ToolListLimits,
     /// Records read into one batch at most (a batch takes what the bus has ready, up to this).
     pub max_batch_records: usize,
+    /// Servers and tools one project may hold state for: a record that would add one more is a dead letter.
+    pub keys: KeyLimits,
 }
 
 impl Default for WorkerSettings {
@@ -69,6 +73,7 @@ impl Default for WorkerSettings {
             stop_after_batches: None,
             tool_lists: driftline_schemas::ToolListLimits::default(),
             max_batch_records: 20_000,
+            keys: KeyLimits::default(),
         }
     }
 }
@@ -98,6 +103,21 @@ fn age_seconds(at: Timestamp) -> f64 {
     (now - at.as_millis()).max(0) as f64 / 1e3
 }
 
+/// `key`'s state, made when it is new (`added` then counts it against its project's limit).
+fn state_of<'s, K: std::hash::Hash + Eq + Clone, S: Default>(
+    states: &'s mut HashMap<K, S>,
+    key: &K,
+    added: impl FnOnce(),
+) -> &'s mut S {
+    match states.entry(key.clone()) {
+        std::collections::hash_map::Entry::Occupied(held) => held.into_mut(),
+        std::collections::hash_map::Entry::Vacant(new) => {
+            added();
+            new.insert(S::default())
+        }
+    }
+}
+
 pub struct Worker<C> {
     consumer: C,
     store: Arc<dyn DetectorStore>,
@@ -105,6 +125,8 @@ pub struct Worker<C> {
     positions: Positions,
     servers: HashMap<ServerKey, ServerState>,
     tools: HashMap<ToolKey, ToolState>,
+    /// How many of `servers` and `tools` each project holds, against `settings.keys`.
+    keys_held: KeysHeld,
     thresholds: HashMap<ProjectName, DetectorThresholds>,
     /// Records that could not be used, counted (and logged) and skipped so the log keeps flowing.
     pub dead_letters: u64,
@@ -186,6 +208,7 @@ impl<C: Consumer> Worker<C> {
             positions: Positions::new(),
             servers: HashMap::new(),
             tools: HashMap::new(),
+            keys_held: KeysHeld::default(),
             thresholds: HashMap::new(),
             dead_letters: 0,
             dead_letter_sink: None,
@@ -275,6 +298,7 @@ impl<C: Consumer> Worker<C> {
             }
         }
         metrics::QUARANTINED_KEYS.set(self.quarantined.len() as i64);
+        self.keys_held.recount(self.servers.keys(), self.tools.keys());
         self.thresholds = project_settings(resume.settings);
         self.settings_read_at = std::time::Instant::now();
         self.positions.extend(resume.positions);
@@ -689,6 +713,7 @@ impl<C: Consumer> Worker<C> {
             // acceptance applies in order with the lists, on the instance that owns the server.
             Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
                 Ok(list) => check_key(record, &list.key().to_string())
+                    .and_then(|()| self.room_for_server(&list.key()))
                     .and_then(|()| {
                         let (servers, key) = (&self.servers, list.key());
                         self.list_texts
@@ -698,6 +723,7 @@ impl<C: Consumer> Worker<C> {
                 Err(err) => {
                     if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                         check_key(record, &failure.key().to_string())
+                            .and_then(|()| self.room_for_server(&failure.key()))
                             .map(|()| self.probe_failure(&failure, record, batch, dirty))
                     } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload) {
                         check_key(record, &command.key())
@@ -709,19 +735,21 @@ impl<C: Consumer> Worker<C> {
             },
             Topic::Spans => match call {
                 Some(SpanRecord::Call { identity, call, repeat: false }) => {
-                    batch.call_identities.push((identity, record.position, record.appended_at));
-                    self.call(*call, record, batch, dirty);
-                    Ok(())
+                    let key = call.key();
+                    // Checked before the call's identity is kept: a refused call is no call stored.
+                    self.room_for_tool(&key).map(|()| {
+                        batch.call_identities.push((identity, record.position, record.appended_at));
+                        self.call(*call, key, record, batch, dirty);
+                    })
                 }
                 Some(SpanRecord::Call { repeat: true, .. }) => {
                     metrics::REPEATED_CALLS.inc();
                     tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
                     Ok(())
                 }
-                Some(SpanRecord::Declaration(declaration)) => {
-                    self.declaration(&declaration, record, dirty);
-                    Ok(())
-                }
+                Some(SpanRecord::Declaration(declaration)) => self
+                    .room_for_tool(&declaration.key())
+                    .map(|()| self.declaration(&declaration, record, dirty)),
                 Some(SpanRecord::Unusable(reason)) => Err(reason),
                 None => Err("span record not read".to_owned()),
             },
@@ -739,6 +767,22 @@ impl<C: Consumer> Worker<C> {
             tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, "unusable record skipped");
         }
         outcome
+    }
+
+    /// Whether a record of `key` may be used: a server held already, or one its project has room for.
+    fn room_for_server(&self, key: &ServerKey) -> Result<(), String> {
+        match self.servers.contains_key(key) {
+            true => Ok(()),
+            false => self.keys_held.room_for_server(key, self.settings.keys),
+        }
+    }
+
+    /// Whether a record of `key` may be used: a tool held already, or one its project has room for.
+    fn room_for_tool(&self, key: &ToolKey) -> Result<(), String> {
+        match self.tools.contains_key(key) {
+            true => Ok(()),
+            false => self.keys_held.room_for_tool(key, self.settings.keys),
+        }
     }
 
     /// A record from ingest, or a raw span from another producer: checked and fingerprinted here exactly as
@@ -768,7 +812,7 @@ impl<C: Consumer> Worker<C> {
     ) {
         let key = snapshot.key();
         let policy = self.thresholds_of(&snapshot.project).baseline;
-        let state = self.servers.entry(key.clone()).or_default();
+        let state = state_of(&mut self.servers, &key, || self.keys_held.server_added(&key));
         let was_down = state.down.is_some();
         let context = RecordContext {
             project: &snapshot.project,
@@ -820,7 +864,7 @@ impl<C: Consumer> Worker<C> {
         dirty: &mut Dirty,
     ) {
         let key = failure.key();
-        let state = self.servers.entry(key.clone()).or_default();
+        let state = state_of(&mut self.servers, &key, || self.keys_held.server_added(&key));
         if state.down.is_none() {
             batch.notifications.push(Notification::transition(
                 derive_id(OutputKind::Transition, &key.to_string(), record.position),
@@ -845,10 +889,16 @@ impl<C: Consumer> Worker<C> {
         dirty.server(key, record);
     }
 
-    fn call(&mut self, call: ToolCallRecord, record: &Delivered, batch: &mut Batch, dirty: &mut Dirty) {
-        let key = call.key();
+    fn call(
+        &mut self,
+        call: ToolCallRecord,
+        key: ToolKey,
+        record: &Delivered,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+    ) {
         let thresholds = self.thresholds_of(&call.project);
-        let state = self.tools.entry(key.clone()).or_default();
+        let state = state_of(&mut self.tools, &key, || self.keys_held.tool_added(&key));
         if let Some(firing) = state.shape.observe((&call).into(), &thresholds) {
             let signal = shape_drift::signal(&call, record.position, firing);
             tracing::info!(key = %key, fingerprint = %signal.fingerprint, ranking = signal.ranking.as_str(), "return shape drift");
@@ -875,7 +925,7 @@ impl<C: Consumer> Worker<C> {
     /// A tool's declared output schema changed (published by its server's detector).
     fn declaration(&mut self, declaration: &OutputDeclaration, record: &Delivered, dirty: &mut Dirty) {
         let key = declaration.key();
-        let state = self.tools.entry(key.clone()).or_default();
+        let state = state_of(&mut self.tools, &key, || self.keys_held.tool_added(&key));
         if state.contract.declare(declaration) {
             tracing::info!(key = %key, declared = ?declaration.schema_hash, sequence = declaration.sequence, "declared output applied");
         } else {
