@@ -5,6 +5,7 @@
 //! or the store.
 
 pub mod keys;
+mod log_budget;
 mod metrics;
 pub mod tool_lists;
 
@@ -130,6 +131,8 @@ pub struct Worker<C> {
     thresholds: HashMap<ProjectName, DetectorThresholds>,
     /// Records that could not be used, counted (and logged) and skipped so the log keeps flowing.
     pub dead_letters: u64,
+    /// Dead letters get at most a few log lines per second (each is counted, and published with its reason).
+    dead_letter_lines: log_budget::LogBudget,
     /// Where unusable records go, with the reason (the `dead-letters` topic); without it they are only
     /// logged and counted (the embedded bus, whose only producer is ingest, which validated them).
     dead_letter_sink: Option<Arc<dyn Producer>>,
@@ -211,6 +214,7 @@ impl<C: Consumer> Worker<C> {
             keys_held: KeysHeld::default(),
             thresholds: HashMap::new(),
             dead_letters: 0,
+            dead_letter_lines: log_budget::LogBudget::default(),
             dead_letter_sink: None,
             declaration_sink: None,
             stale: false,
@@ -705,7 +709,9 @@ impl<C: Consumer> Worker<C> {
             let reason = format!("key {} is quarantined: {reason}; repair or delete that row", record.key);
             self.dead_letters += 1;
             metrics::DEAD_LETTERS.inc();
-            tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, "record of a quarantined key skipped");
+            if let Some(suppressed) = self.dead_letter_lines.take(std::time::Instant::now()) {
+                tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, suppressed, "record of a quarantined key skipped");
+            }
             return Err(reason);
         }
         let outcome = match record.topic {
@@ -764,7 +770,10 @@ impl<C: Consumer> Worker<C> {
         if let Err(reason) = &outcome {
             self.dead_letters += 1;
             metrics::DEAD_LETTERS.inc();
-            tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, "unusable record skipped");
+            // `suppressed`: dead letters since the last line that got none (the metric counts them all).
+            if let Some(suppressed) = self.dead_letter_lines.take(std::time::Instant::now()) {
+                tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, suppressed, "unusable record skipped");
+            }
         }
         outcome
     }
