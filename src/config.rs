@@ -401,7 +401,7 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         let tool_lists = driftline_schemas::ToolListLimits::default();
-        let keys = driftline_worker::keys::KeyLimits::default();
+        let keys = driftline_schemas::KeyLimits::default();
         LimitsConfig {
             max_body_bytes: 5 * 1024 * 1024,
             max_spans_per_batch: 1000,
@@ -416,8 +416,8 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
-    pub fn keys(&self) -> driftline_worker::keys::KeyLimits {
-        driftline_worker::keys::KeyLimits {
+    pub fn keys(&self) -> driftline_schemas::KeyLimits {
+        driftline_schemas::KeyLimits {
             servers: self.max_servers_per_project,
             tools: self.max_tools_per_project,
         }

@@ -21,7 +21,7 @@ mod tools_text;
 pub use commands::{DeadLetter, OperatorCommand};
 pub use declaration::{OutputDeclaration, OUTPUT_DECLARATION};
 pub use ids::{derive_id, InputPosition, OutputKind};
-pub use names::{KeyError, NameError, ProjectName, ServerKey, ServerName, ToolKey, ToolName};
+pub use names::{KeyError, KeyLimits, NameError, ProjectName, ServerKey, ServerName, ToolKey, ToolName};
 pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES, TOP_SECURITY_FLAGS};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason, SignalKind};
 pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};

@@ -186,6 +186,21 @@ pub struct ToolKey {
     pub tool: ToolName,
 }
 
+/// Servers and tools one project may hold detector state for in one detector process
+/// (`limits.max_servers_per_project`, `limits.max_tools_per_project`): every key seen keeps state in memory,
+/// and a key is made by whoever names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyLimits {
+    pub servers: usize,
+    pub tools: usize,
+}
+
+impl Default for KeyLimits {
+    fn default() -> Self {
+        KeyLimits { servers: 2_000, tools: 20_000 }
+    }
+}
+
 /// A stored or published key that does not read back as names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {

@@ -10,19 +10,7 @@ use std::collections::HashMap;
 
 use driftline_schemas::{ProjectName, ServerKey, ToolKey};
 
-/// Keys one project may hold state for in one detector process (`limits.max_servers_per_project`,
-/// `limits.max_tools_per_project`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyLimits {
-    pub servers: usize,
-    pub tools: usize,
-}
-
-impl Default for KeyLimits {
-    fn default() -> Self {
-        KeyLimits { servers: 2_000, tools: 20_000 }
-    }
-}
+pub use driftline_schemas::KeyLimits;
 
 /// Keys held per project, against [`KeyLimits`].
 #[derive(Debug, Default)]
