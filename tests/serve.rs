@@ -986,16 +986,20 @@ fn tool_lists_beyond_the_limits_are_refused_with_the_reason() {
     let fine: Vec<Value> = (0..100).map(|i| json!({"name": format!("t{i}")})).collect();
     assert_eq!(client.put_json("/api/servers/big/tools", &Value::Array(fine)).0, 202);
     client.wait_for("/api/health/servers/big", "the list at the limit", |s| s["tool_count"] == 100);
-    let (code, _, stderr) = {
-        let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
-            .args(["check-config"])
-            .env("DRIFTLINE__LIMITS__MAX_SCHEMA_DEPTH", "500")
-            .output()
-            .expect("run");
-        (output.status.code(), (), String::from_utf8_lossy(&output.stderr).into_owned())
-    };
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("limits.max_schema_depth"), "{stderr}");
+    check_config_refuses("limits.max_schema_depth", "500");
+}
+
+/// `driftline check-config` with `key` (as `DRIFTLINE__…`) set to `value` exits 2 naming the key.
+fn check_config_refuses(key: &str, value: &str) {
+    let variable = format!("DRIFTLINE__{}", key.replace('.', "__").to_uppercase());
+    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
+        .args(["check-config"])
+        .env(variable, value)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(key), "{stderr}");
 }
 
 /// A project's servers hold at most `limits.max_tool_list_bytes_per_project` of tool-list text in the
@@ -1024,14 +1028,7 @@ fn a_projects_tool_lists_are_held_within_its_budget() {
     let names: Vec<&str> =
         servers.as_array().into_iter().flatten().filter_map(|s| s["server_name"].as_str()).collect();
     assert!(names.contains(&"first") && !names.contains(&"second"), "{servers}");
-    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
-        .args(["check-config"])
-        .env("DRIFTLINE__LIMITS__MAX_TOOL_LIST_BYTES_PER_PROJECT", "1000")
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("limits.max_tool_list_bytes_per_project"), "{stderr}");
+    check_config_refuses("limits.max_tool_list_bytes_per_project", "1000");
 }
 
 /// A project holds detector state for at most `limits.max_tools_per_project` tools: calls naming one more
@@ -1054,14 +1051,8 @@ fn a_project_tracks_at_most_its_limit_of_tools() {
         tools.as_array().into_iter().flatten().filter_map(|t| t["tool"].as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["tool-0", "tool-1", "tool-2"], "{tools}");
-    let output = Command::new(env!("CARGO_BIN_EXE_driftline"))
-        .args(["check-config"])
-        .env("DRIFTLINE__LIMITS__MAX_TOOLS_PER_PROJECT", "0")
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("limits.max_tools_per_project"), "{stderr}");
+    check_config_refuses("limits.max_tools_per_project", "0");
+    check_config_refuses("limits.max_servers_per_project", "0");
 }
 
 /// Hostile requests cannot grow /metrics: made-up methods and unknown paths share one series each.

@@ -705,67 +705,65 @@ impl<C: Consumer> Worker<C> {
         dirty: &mut Dirty,
         declarations: &mut Vec<Message>,
     ) -> Result<(), String> {
-        if let Some(reason) = self.quarantined.get(&record.key) {
-            let reason = format!("key {} is quarantined: {reason}; repair or delete that row", record.key);
-            self.dead_letters += 1;
-            metrics::DEAD_LETTERS.inc();
-            if let Some(suppressed) = self.dead_letter_lines.take(std::time::Instant::now()) {
-                tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, suppressed, "record of a quarantined key skipped");
-            }
-            return Err(reason);
-        }
-        let outcome = match record.topic {
-            // Tool lists, probe failures and baseline acceptances share the server's partition, so an
-            // acceptance applies in order with the lists, on the instance that owns the server.
-            Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
-                Ok(list) => check_key(record, &list.key().to_string())
-                    .and_then(|()| self.room_for_server(&list.key()))
-                    .and_then(|()| {
-                        let (servers, key) = (&self.servers, list.key());
-                        self.list_texts
-                            .read(&list, self.settings.tool_lists, || tool_lists::held_beside(servers, &key))
-                    })
-                    .map(|tools| self.tool_list(&list, tools, record, batch, dirty, declarations)),
-                Err(err) => {
-                    if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
-                        check_key(record, &failure.key().to_string())
-                            .and_then(|()| self.room_for_server(&failure.key()))
-                            .map(|()| self.probe_failure(&failure, record, batch, dirty))
-                    } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload) {
+        let quarantined = self.quarantined.get(&record.key);
+        let outcome = if let Some(reason) = quarantined {
+            Err(format!("key {} is quarantined: {reason}; repair or delete that row", record.key))
+        } else {
+            match record.topic {
+                // Tool lists, probe failures and baseline acceptances share the server's partition, so an
+                // acceptance applies in order with the lists, on the instance that owns the server.
+                Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
+                    Ok(list) => check_key(record, &list.key().to_string())
+                        .and_then(|()| self.room_for_server(&list.key()))
+                        .and_then(|()| {
+                            let (servers, key) = (&self.servers, list.key());
+                            self.list_texts.read(&list, self.settings.tool_lists, || {
+                                tool_lists::held_beside(servers, &key)
+                            })
+                        })
+                        .map(|tools| self.tool_list(&list, tools, record, batch, dirty, declarations)),
+                    Err(err) => {
+                        if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
+                            check_key(record, &failure.key().to_string())
+                                .and_then(|()| self.room_for_server(&failure.key()))
+                                .map(|()| self.probe_failure(&failure, record, batch, dirty))
+                        } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload)
+                        {
+                            check_key(record, &command.key())
+                                .map(|()| self.command(command, record, batch, dirty, declarations))
+                        } else {
+                            Err(format!("not a tool-list snapshot: {err}"))
+                        }
+                    }
+                },
+                Topic::Spans => match call {
+                    Some(SpanRecord::Call { identity, call, repeat: false }) => {
+                        let key = call.key();
+                        // Checked before the call's identity is kept: a refused call is no call stored.
+                        self.room_for_tool(&key).map(|()| {
+                            batch.call_identities.push((identity, record.position, record.appended_at));
+                            self.call(*call, key, record, batch, dirty);
+                        })
+                    }
+                    Some(SpanRecord::Call { repeat: true, .. }) => {
+                        metrics::REPEATED_CALLS.inc();
+                        tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
+                        Ok(())
+                    }
+                    Some(SpanRecord::Declaration(declaration)) => self
+                        .room_for_tool(&declaration.key())
+                        .map(|()| self.declaration(&declaration, record, dirty)),
+                    Some(SpanRecord::Unusable(reason)) => Err(reason),
+                    None => Err("span record not read".to_owned()),
+                },
+                Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
+                    .map_err(|err| format!("not an operator command: {err}"))
+                    .and_then(|command| {
                         check_key(record, &command.key())
                             .map(|()| self.command(command, record, batch, dirty, declarations))
-                    } else {
-                        Err(format!("not a tool-list snapshot: {err}"))
-                    }
-                }
-            },
-            Topic::Spans => match call {
-                Some(SpanRecord::Call { identity, call, repeat: false }) => {
-                    let key = call.key();
-                    // Checked before the call's identity is kept: a refused call is no call stored.
-                    self.room_for_tool(&key).map(|()| {
-                        batch.call_identities.push((identity, record.position, record.appended_at));
-                        self.call(*call, key, record, batch, dirty);
-                    })
-                }
-                Some(SpanRecord::Call { repeat: true, .. }) => {
-                    metrics::REPEATED_CALLS.inc();
-                    tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
-                    Ok(())
-                }
-                Some(SpanRecord::Declaration(declaration)) => self
-                    .room_for_tool(&declaration.key())
-                    .map(|()| self.declaration(&declaration, record, dirty)),
-                Some(SpanRecord::Unusable(reason)) => Err(reason),
-                None => Err("span record not read".to_owned()),
-            },
-            Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
-                .map_err(|err| format!("not an operator command: {err}"))
-                .and_then(|command| {
-                    check_key(record, &command.key())
-                        .map(|()| self.command(command, record, batch, dirty, declarations))
-                }),
-            Topic::DeadLetters => Err("dead letters are not detector input".to_owned()),
+                    }),
+                Topic::DeadLetters => Err("dead letters are not detector input".to_owned()),
+            }
         };
         if let Err(reason) = &outcome {
             self.dead_letters += 1;
