@@ -174,7 +174,8 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             let bus =
                 SqliteBus::open(&data_dir.join("bus.db"), now_ms).context("cannot open the embedded bus")?;
             if let (true, Some(store)) = (role.detects(), &store) {
-                let worker = Worker::resume(bus.consumer(), store.clone(), settings)
+                // The detector is the embedded log's only reader: what it has stored is dropped from it.
+                let worker = Worker::resume(bus.sole_consumer(), store.clone(), settings)
                     .await?
                     .with_declarations(Arc::new(bus.clone()));
                 worker_task = Some(tokio::spawn(worker.run(stopped)));
@@ -196,6 +197,16 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             }
             (Arc::new(bus.clone()), Some(bus))
         }
+    };
+    // Rows past their retention are removed beside the detector (a no-op where the store has TTLs).
+    let expiry = match (role.detects(), &store) {
+        (true, Some(store)) => Some(driftline_worker::expiry::spawn(
+            store.clone(),
+            now,
+            driftline_worker::expiry::EXPIRE_EVERY,
+            stop.subscribe(),
+        )),
+        _ => None,
     };
     // The worker is supervised: if it stops or panics before shutdown, the process is not ready and exits.
     let (worker_failed, worker_failure) = tokio::sync::oneshot::channel::<String>();
@@ -305,6 +316,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(2), futures_util::future::join_all(notifiers)).await;
     if let Some(supervisor) = supervisor {
         let _ = supervisor.await;
+    }
+    if let Some(expiry) = expiry {
+        let _ = expiry.await;
     }
     if let Some(reason) = driftline_http::readiness::failure() {
         anyhow::bail!("{reason}; exiting so that it is restarted");

@@ -1126,3 +1126,45 @@ fn an_unreadable_state_row_quarantines_its_key_and_the_rest_flows() {
     let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
     assert!(log.contains("key quarantined"), "{log}");
 }
+
+/// The embedded bus holds its backlog, not its history: once the detector has made a batch durable its
+/// records are dropped from `bus.db`, and a restart afterwards numbers new records after the dropped ones
+/// (none is mistaken for one already processed).
+#[test]
+fn the_embedded_bus_drops_what_the_detector_stored() {
+    let dir = temp_dir("bus-release");
+    let records_in_bus = || -> Result<i64, String> {
+        let bus = rusqlite::Connection::open(dir.join("bus.db")).map_err(|err| err.to_string())?;
+        bus.query_row("SELECT COUNT(*) FROM bus_log", [], |row| row.get(0)).map_err(|err| err.to_string())
+    };
+    let post = |client: &support::Client, batch: usize| {
+        let spans: Vec<Value> =
+            (0..100).map(|i| span(&format!("b{batch}-{i}"), "lookup", json!({"n": i}))).collect();
+        assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+    };
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    for batch in 0..3 {
+        post(&client, batch);
+    }
+    wait_for_calls(&client, 300);
+    support::wait_until(30, "the stored records dropped from the bus", || match records_in_bus()? {
+        0 => Ok(()),
+        left => Err(format!("{left} records left in bus.db")),
+    });
+    let metrics = client.get("/metrics").1;
+    let released = support::metric_value(
+        metrics.as_str().unwrap_or_default(),
+        "driftline_worker_released_records_total",
+    );
+    assert_eq!(released, Some(300.0), "every record released once");
+    assert!(server.terminate().success());
+
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    post(&client, 3);
+    wait_for_calls(&client, 400);
+    let lag = client.get("/metrics").1;
+    let lag = support::metric_value(lag.as_str().unwrap_or_default(), "driftline_worker_consumer_lag");
+    assert!(matches!(lag, None | Some(0.0)), "lag after everything was stored: {lag:?}");
+}

@@ -126,6 +126,13 @@ pub trait Consumer: Send {
     async fn commit(&mut self, _positions: &Positions) -> Result<(), BusError> {
         Ok(())
     }
+
+    /// Tells the bus the caller's outputs through `positions` are durable: a log this consumer alone
+    /// reads drops the records at or before them (its disk use stays that of its backlog); a shared log
+    /// (Kafka: the topics' retention) keeps them. Answers how many records were dropped.
+    async fn release(&mut self, _positions: &Positions) -> Result<u64, BusError> {
+        Ok(0)
+    }
 }
 
 /// Streams a consumer group moved to or away from this consumer.

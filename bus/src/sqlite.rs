@@ -1,6 +1,8 @@
 //! The embedded bus: one append-only log table in its own SQLite file (WAL, synchronous FULL), one
 //! partition, offsets are row ids. A publish is one transaction, so a batch is durable before ingest
-//! answers 202, and it wakes waiting consumers in the same process.
+//! answers 202, and it wakes waiting consumers in the same process. The log's only reader
+//! ([`SqliteBus::sole_consumer`]) drops the records whose outputs it has made durable; offsets are never
+//! reused (`AUTOINCREMENT`), so positions stay valid after records are dropped.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -60,9 +62,14 @@ impl SqliteBus {
         self
     }
 
-    /// A consumer of this log (several may read it independently).
+    /// A consumer of this log (several may read it independently; none drops records).
     pub fn consumer(&self) -> SqliteConsumer {
-        SqliteConsumer { bus: self.clone() }
+        SqliteConsumer { bus: self.clone(), drops_released: false }
+    }
+
+    /// The consumer of a log it alone reads: the records it releases ([`Consumer::release`]) are dropped.
+    pub fn sole_consumer(&self) -> SqliteConsumer {
+        SqliteConsumer { bus: self.clone(), drops_released: true }
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Connection>, BusError> {
@@ -128,13 +135,41 @@ impl SqliteBus {
         Ok(delivered)
     }
 
-    /// The newest offset in the log.
+    /// Drops the records at or before `through`, a bounded run per transaction so appends wait for no
+    /// more than one run; answers how many were dropped.
+    fn drop_through(&self, through: u64) -> Result<u64, BusError> {
+        let through = i64::try_from(through).unwrap_or(i64::MAX);
+        let mut dropped = 0;
+        loop {
+            let connection = self.lock()?;
+            let removed = connection
+                .prepare_cached(
+                    "DELETE FROM bus_log WHERE offset <= ?1 AND offset < \
+                     (SELECT MIN(offset) FROM bus_log) + ?2",
+                )?
+                .execute(params![through, DROP_RUN])?;
+            drop(connection);
+            dropped += removed as u64;
+            if removed == 0 {
+                return Ok(dropped);
+            }
+        }
+    }
+
+    /// The number of records the log holds.
+    pub fn record_count(&self) -> Result<u64, BusError> {
+        let connection = self.lock_reader()?;
+        let count: i64 = connection.query_row("SELECT COUNT(*) FROM bus_log", [], |row| row.get(0))?;
+        Ok(count as u64)
+    }
+
+    /// The newest offset the log has given a record, whether or not the record was dropped since.
     pub fn end_offset(&self) -> Result<u64, BusError> {
         let connection = self.lock_reader()?;
+        // `AUTOINCREMENT` keeps the largest offset ever used here (absent before the first record).
         let end: Option<i64> = connection
-            .query_row("SELECT MAX(offset) FROM bus_log", [], |row| row.get(0))
-            .optional()?
-            .flatten();
+            .query_row("SELECT seq FROM sqlite_sequence WHERE name = 'bus_log'", [], |row| row.get(0))
+            .optional()?;
         Ok(end.unwrap_or(0) as u64)
     }
 }
@@ -151,8 +186,13 @@ impl Producer for SqliteBus {
     }
 }
 
+/// Offsets dropped per transaction: ≈ 10 ms of deleting here, so an append never waits long.
+const DROP_RUN: i64 = 10_000;
+
 pub struct SqliteConsumer {
     bus: SqliteBus,
+    /// The log's only reader: what it releases is dropped.
+    drops_released: bool,
 }
 
 #[async_trait]
@@ -188,6 +228,14 @@ impl Consumer for SqliteConsumer {
             .map_err(|err| BusError::Unavailable(format!("read task failed: {err}")))??;
         let lag = end.saturating_sub(positions.get(&0).copied().unwrap_or(0));
         Ok(std::collections::BTreeMap::from([("log/0".to_owned(), lag)]))
+    }
+
+    async fn release(&mut self, positions: &Positions) -> Result<u64, BusError> {
+        let Some(&through) = positions.get(&0).filter(|_| self.drops_released) else { return Ok(0) };
+        let bus = self.bus.clone();
+        tokio::task::spawn_blocking(move || bus.drop_through(through))
+            .await
+            .map_err(|err| BusError::Unavailable(format!("release task failed: {err}")))?
     }
 }
 
@@ -261,6 +309,47 @@ mod tests {
             batches.push(got.iter().map(|d| d.payload.len()).collect::<Vec<_>>());
         }
         assert_eq!(batches, [vec![400, 400, 400], vec![5_000], vec![10]]);
+    }
+
+    /// The sole consumer's released records leave the log in runs, later ones stay, and offsets go on
+    /// from where they were (a position stays valid); an ordinary consumer's release drops nothing.
+    #[tokio::test]
+    async fn the_sole_consumer_drops_what_it_released() {
+        let dir = std::env::temp_dir().join(format!("driftline-bus-release-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("bus.db");
+        let _ = std::fs::remove_file(&path);
+        let bus = SqliteBus::open(&path, || 0).expect("open");
+        let count = 2 * DROP_RUN as usize + 5;
+        bus.publish((0..count).map(|n| message(Topic::Spans, "k", &n.to_string())).collect())
+            .await
+            .expect("publish");
+        let end = bus.end_offset().expect("end");
+        let through = end - 3;
+
+        let shared = Positions::from([(0, through)]);
+        assert_eq!(bus.consumer().release(&shared).await.expect("release"), 0, "not the only reader");
+        assert_eq!(bus.record_count().expect("count"), count as u64);
+
+        let mut sole = bus.sole_consumer();
+        assert_eq!(sole.release(&Positions::new()).await.expect("release"), 0, "nothing stored yet");
+        assert_eq!(sole.release(&shared).await.expect("release"), count as u64 - 3);
+        assert_eq!(bus.record_count().expect("count"), 3);
+        assert_eq!(sole.release(&shared).await.expect("release"), 0, "released twice");
+        let rest = sole.poll(&shared, 10, Duration::ZERO).await.expect("poll");
+        let offsets: Vec<u64> = rest.iter().map(|d| d.position.offset).collect();
+        assert_eq!(offsets, [end - 2, end - 1, end]);
+
+        // Emptied, the log still numbers new records after the last one.
+        let all = Positions::from([(0, end)]);
+        assert_eq!(sole.release(&all).await.expect("release"), 3);
+        assert_eq!(bus.record_count().expect("count"), 0);
+        assert_eq!(bus.end_offset().expect("end"), end, "an emptied log keeps its end");
+        assert_eq!(sole.lag(&all).await.expect("lag")["log/0"], 0);
+        bus.publish(vec![message(Topic::Spans, "k", "new")]).await.expect("publish");
+        let reopened = SqliteBus::open(&path, || 0).expect("reopen");
+        let new = reopened.sole_consumer().poll(&all, 10, Duration::ZERO).await.expect("poll");
+        assert_eq!(new.iter().map(|d| d.position.offset).collect::<Vec<_>>(), [end + 1]);
     }
 
     #[tokio::test]

@@ -5,6 +5,7 @@
 //! resumes exactly after the last stored position and queries never see an event twice.
 
 mod clickhouse;
+pub mod retention;
 pub mod rollup;
 mod sqlite;
 mod views;
@@ -217,6 +218,16 @@ pub trait DetectorStore: Send + Sync {
         identities: &[String],
         since: Timestamp,
     ) -> Result<HashMap<String, InputPosition>, StoreError>;
+    /// Makes every applied batch durable where the store defers that (SQLite syncs its log only at
+    /// checkpoints): the bus may then drop the records those batches came from.
+    async fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Removes the rows past their retention ([`retention`]) as of `now`, a bounded run per transaction,
+    /// for a store that does not expire them itself (ClickHouse's tables carry TTLs); answers how many.
+    async fn expire(&self, _now: Timestamp) -> Result<u64, StoreError> {
+        Ok(0)
+    }
 }
 
 /// The query API's side: every read takes the caller's project and sees nothing of another.

@@ -18,6 +18,7 @@ use driftline_schemas::{
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
+use crate::retention;
 use crate::rollup::{self, Rollup, RollupKey};
 use crate::views::{self, ms, name, parse_name, text, timestamp};
 use crate::{
@@ -36,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0007_calls_by_start.sql"),
     include_str!("../../schemas/sqlite/0008_rollups.sql"),
     include_str!("../../schemas/sqlite/0009_append_keys.sql"),
+    include_str!("../../schemas/sqlite/0010_expiry.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -45,6 +47,8 @@ pub struct SqliteStore {
     reader: Arc<Mutex<Connection>>,
     /// The detector's lookups of stored calls, which run while its previous batch is being written.
     lookup: Arc<Mutex<Connection>>,
+    /// The database file (its write-ahead log beside it), synced by [`DetectorStore::sync`].
+    path: Arc<Path>,
 }
 
 impl SqliteStore {
@@ -75,6 +79,7 @@ impl SqliteStore {
             writer: Arc::new(Mutex::new(writer)),
             reader: Arc::new(Mutex::new(reader)),
             lookup: Arc::new(Mutex::new(lookup)),
+            path: Arc::from(path),
         })
     }
 
@@ -669,6 +674,50 @@ impl DetectorStore for SqliteStore {
         .await
     }
 
+    /// Commits reach the write-ahead log unsynced (`synchronous = NORMAL`); syncing the log and the
+    /// database file makes every one durable, whichever of the two holds it (SQLite reuses the log only
+    /// after a checkpoint that synced the database).
+    async fn sync(&self) -> Result<(), StoreError> {
+        let database = self.path.to_path_buf();
+        let mut log = database.clone().into_os_string();
+        log.push("-wal");
+        tokio::task::spawn_blocking(move || {
+            for file in [std::path::PathBuf::from(log), database] {
+                match std::fs::File::open(&file).and_then(|file| file.sync_all()) {
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(StoreError::Unavailable(format!(
+                            "cannot sync {}: {err}",
+                            file.display()
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|err| StoreError::Unavailable(format!("sync task failed: {err}")))?
+    }
+
+    async fn expire(&self, now: Timestamp) -> Result<u64, StoreError> {
+        let now = now.as_millis();
+        let mut expired = 0;
+        // One run per transaction, the writer's lock let go between runs: a batch waits for one at most.
+        loop {
+            let removed = Self::with(&self.writer, move |connection| {
+                let transaction = connection.transaction()?;
+                let removed = expire_run(&transaction, now)?;
+                transaction.commit()?;
+                Ok(removed)
+            })
+            .await?;
+            expired += removed;
+            if removed == 0 {
+                return Ok(expired);
+            }
+        }
+    }
+
     async fn stored_calls(
         &self,
         identities: &[String],
@@ -1154,11 +1203,122 @@ impl NotificationStore for SqliteStore {
     }
 }
 
+/// Removes at most a run ([`retention::RUN`]) of expired rows from each table that has any; answers how
+/// many it removed (0: nothing has expired).
+fn expire_run(connection: &Connection, now: i64) -> Result<u64, StoreError> {
+    let calls = retention::cutoff_ms(now, retention::CALLS);
+    let events = retention::cutoff_ms(now, retention::EVENTS);
+    let notifications = retention::cutoff_ms(now, retention::NOTIFICATIONS);
+    let mut removed = expire_calls(connection, calls)?;
+    // Identities, by their index on time; the others are a few rows per drift, read whole.
+    let by_age = [
+        (
+            "DELETE FROM call_identities WHERE identity IN
+                 (SELECT identity FROM call_identities WHERE ingested_at < ?1 ORDER BY ingested_at LIMIT ?2)",
+            calls,
+        ),
+        (
+            "DELETE FROM notifications WHERE rowid IN
+                 (SELECT rowid FROM notifications WHERE at < ?1 ORDER BY at LIMIT ?2)",
+            notifications,
+        ),
+        (
+            "DELETE FROM notifications_sent WHERE rowid IN
+                 (SELECT rowid FROM notifications_sent WHERE sent_at < ?1 LIMIT ?2)",
+            notifications,
+        ),
+    ];
+    for (sql, before) in by_age {
+        removed += connection.prepare_cached(sql)?.execute(params![before, retention::RUN])? as u64;
+    }
+    for sql in [
+        "DELETE FROM schema_drift_events WHERE rowid IN
+             (SELECT rowid FROM schema_drift_events WHERE detected_at < ?1 LIMIT ?2)",
+        "DELETE FROM shape_drift_signals WHERE rowid IN
+             (SELECT rowid FROM shape_drift_signals WHERE detected_at < ?1 LIMIT ?2)",
+    ] {
+        removed += connection.prepare_cached(sql)?.execute(params![events, retention::RUN])? as u64;
+    }
+    let minute = i64::try_from(retention::MINUTE_ROLLUPS.as_millis()).unwrap_or(i64::MAX);
+    let hour = i64::try_from(retention::HOUR_ROLLUPS.as_millis()).unwrap_or(i64::MAX);
+    let rollups = [
+        ("tool_rollups", "project, bucket_seconds, bucket_ms, server, tool"),
+        ("agent_rollups", "project, server, tool, bucket_seconds, bucket_ms, agent"),
+    ];
+    for (table, key) in rollups {
+        removed += connection
+            .prepare_cached(&format!(
+                "DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table}
+                     WHERE bucket_ms < ?1 - CASE bucket_seconds WHEN 60 THEN ?2 ELSE ?3 END LIMIT ?4)"
+            ))?
+            .execute(params![now, minute, hour, retention::RUN])? as u64;
+    }
+    Ok(removed)
+}
+
+/// Removes up to a run of calls received before `before` from the front of each stream. A stream's calls
+/// are stored in the order they were received, so the expired ones lead it; a call received out of that
+/// order waits behind a newer one until that one expires too.
+fn expire_calls(connection: &Connection, before: i64) -> Result<u64, StoreError> {
+    let mut removed = 0;
+    let mut stream: Option<i64> = connection
+        .prepare_cached("SELECT MIN(partition) FROM tool_calls")?
+        .query_row([], |row| row.get(0))?;
+    while let Some(partition) = stream {
+        let mut front = connection.prepare_cached(
+            "SELECT offset, ingested_at FROM tool_calls WHERE partition = ?1 ORDER BY offset LIMIT ?2",
+        )?;
+        let mut rows = front.query(params![partition, retention::RUN])?;
+        let (mut through, mut count) = (None, 0u64);
+        while let Some(row) = rows.next()? {
+            if row.get::<_, i64>(1)? >= before {
+                break;
+            }
+            through = Some(row.get::<_, i64>(0)?);
+            count += 1;
+        }
+        drop(rows);
+        if let Some(through) = through {
+            connection
+                .prepare_cached("DELETE FROM tool_calls WHERE partition = ?1 AND offset <= ?2")?
+                .execute(params![partition, through])?;
+            removed += count;
+        }
+        stream = connection
+            .prepare_cached("SELECT MIN(partition) FROM tool_calls WHERE partition > ?1")?
+            .query_row(params![partition], |row| row.get(0))?;
+    }
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests {
     use driftline_bus::Positions;
 
     use super::*;
+
+    /// A successful call of tool `p/s/t` without a value, started and received at `at`.
+    fn call_at(span: &str, at: Timestamp) -> driftline_schemas::ToolCallRecord {
+        driftline_schemas::ToolCallRecord {
+            schema_version: driftline_schemas::SCHEMA_VERSION,
+            project: driftline_schemas::ProjectName::parse("p".to_owned()).expect("project"),
+            span_id: span.to_owned(),
+            trace_id: None,
+            session_id: None,
+            agent_name: None,
+            server: driftline_schemas::ServerName::parse("s".to_owned()).expect("server"),
+            tool: driftline_schemas::ToolName::parse("t".to_owned()).expect("tool"),
+            started_at: at,
+            duration_ms: 5.0,
+            status: driftline_schemas::CallStatus::Success,
+            error: None,
+            ingested_at: at,
+            shape: None,
+            shape_hash: None,
+            compact_bytes: None,
+            shape_outcome: driftline_schemas::ShapeOutcome::Absent,
+        }
+    }
 
     fn fresh_dir(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("driftline-store-{name}-{}", std::process::id()));
@@ -1234,25 +1394,7 @@ mod tests {
                 (identities[1].clone(), InputPosition { partition: 0, offset: 8 }),
             ])
         );
-        let call = |span: &str| driftline_schemas::ToolCallRecord {
-            schema_version: driftline_schemas::SCHEMA_VERSION,
-            project: driftline_schemas::ProjectName::parse("p".to_owned()).expect("project"),
-            span_id: span.to_owned(),
-            trace_id: None,
-            session_id: None,
-            agent_name: None,
-            server: driftline_schemas::ServerName::parse("s".to_owned()).expect("server"),
-            tool: driftline_schemas::ToolName::parse("t".to_owned()).expect("tool"),
-            started_at: now,
-            duration_ms: 5.0,
-            status: driftline_schemas::CallStatus::Success,
-            error: None,
-            ingested_at: now,
-            shape: None,
-            shape_hash: None,
-            compact_bytes: None,
-            shape_outcome: driftline_schemas::ShapeOutcome::Absent,
-        };
+        let call = |span: &str| call_at(span, now);
         let batch = || Batch {
             calls: (9..11)
                 .map(|offset| {
@@ -1287,5 +1429,88 @@ mod tests {
         store.apply(batch).await.expect("apply");
         let resume = store.resume(Streams::All).await.expect("resume");
         assert_eq!(resume.positions, Positions::from([(3, far), (65_536, u64::from(u32::MAX))]));
+    }
+
+    /// Rows past their retention go, the others stay: calls and identities after 30 days, notifications
+    /// after 30, drift events and signals after 90, minute rollups after 72 hours and hour rollups after 31
+    /// days; more rows than one run removes go in several.
+    #[tokio::test]
+    async fn rows_past_their_retention_are_expired() {
+        let dir = fresh_dir("expiry");
+        let path = dir.join("driftline.db");
+        let store = SqliteStore::open(&path).expect("open");
+        let day = 86_400_000;
+        let t0 = Timestamp::from_millis(1_800_000_000_000).expect("time");
+        let at = |days: i64| Timestamp::from_millis(t0.as_millis() + days * day).expect("time");
+        // More old calls than one run removes, then a few ten days younger, on two streams.
+        let old = retention::RUN as u64 + 7;
+        let mut batch = Batch { positions: Positions::from([(0, old + 2), (1, 0)]), ..Default::default() };
+        for offset in 0..old + 3 {
+            let received = if offset < old { at(0) } else { at(10) };
+            let position = InputPosition { partition: 0, offset };
+            batch.calls.push((
+                format!("call-{offset}"),
+                position,
+                call_at(&format!("span-{offset}"), received),
+            ));
+            batch.call_identities.push((format!("identity-{offset}"), position, received));
+        }
+        batch.calls.push((
+            "call-other".to_owned(),
+            InputPosition { partition: 1, offset: 0 },
+            call_at("x", at(0)),
+        ));
+        store.apply(batch).await.expect("apply");
+        let raw = Connection::open(&path).expect("raw");
+        raw.execute_batch(&format!(
+            "INSERT INTO schema_drift_events (id, project, server_name, detected_at, previous_hash, current_hash,
+                 status, event) VALUES ('e', 'p', 's', {t0}, 'a', 'b', 'open', '{{}}');
+             INSERT INTO shape_drift_signals (id, project, server, tool, detected_at, shape_hash, signal)
+                 VALUES ('g', 'p', 's', 't', {t0}, 'h', '{{}}');
+             INSERT INTO notifications (id, project, server_name, kind, at, body) VALUES ('n', 'p', 's', 'drift', {t0}, '{{}}');
+             INSERT INTO notifications_sent (webhook, id, outcome, sent_at) VALUES ('w', 'n', 'sent', {t0});
+             INSERT INTO tool_rollups VALUES ('p', 60, {t0}, 's', 't', 0, 0, 1, 0, 5, {t0}, 0, 0, 0, 0, 0, 0, 0, x'', x''),
+                                             ('p', 3600, {t0}, 's', 't', 0, 0, 1, 0, 5, {t0}, 0, 0, 0, 0, 0, 0, 0, x'', x'');
+             INSERT INTO agent_rollups VALUES ('p', 's', 't', 60, {t0}, 'a', 0, 0, 1, 0, 5, {t0}, x''),
+                                              ('p', 's', 't', 3600, {t0}, 'a', 0, 0, 1, 0, 5, {t0}, x'');",
+            t0 = t0.as_millis()
+        ))
+        .expect("rows");
+        let count = |table: &str| -> i64 {
+            raw.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| row.get(0)).expect(table)
+        };
+        let counts = || {
+            [
+                "tool_calls",
+                "call_identities",
+                "schema_drift_events",
+                "shape_drift_signals",
+                "notifications",
+                "notifications_sent",
+                "tool_rollups",
+                "agent_rollups",
+            ]
+            .map(|table| (table, count(table)))
+        };
+        let expect = |when: &str, expected: [i64; 8]| {
+            let actual = counts();
+            assert_eq!(actual.map(|(_, n)| n), expected, "{when}: {actual:?}");
+        };
+        let all = old as i64 + 3;
+        assert_eq!(store.expire(at(2)).await.expect("expire"), 0);
+        expect("within every retention", [all + 1, all, 1, 1, 1, 1, 2, 2]);
+        assert_eq!(store.expire(at(4)).await.expect("expire"), 2, "the minute rollups");
+        expect("past 72 hours", [all + 1, all, 1, 1, 1, 1, 1, 1]);
+        assert_eq!(store.expire(at(32)).await.expect("expire"), 2 * old + 1 + 2 + 2);
+        expect("past 32 days", [3, 3, 1, 1, 0, 0, 0, 0]);
+        let since = Timestamp::from_millis(0).expect("since");
+        let calls = store.recent_calls("p", "s", "t", since, 100).await.expect("calls");
+        assert_eq!(calls.len(), 3, "the younger calls are still read");
+        let identities: Vec<String> = (0..old + 3).map(|offset| format!("identity-{offset}")).collect();
+        assert_eq!(store.stored_calls(&identities, since).await.expect("lookup").len(), 3);
+        assert_eq!(store.expire(at(41)).await.expect("expire"), 6);
+        expect("past 41 days", [0, 0, 1, 1, 0, 0, 0, 0]);
+        assert_eq!(store.expire(at(91)).await.expect("expire"), 2);
+        expect("past 91 days", [0; 8]);
     }
 }

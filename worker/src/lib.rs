@@ -4,6 +4,7 @@
 //! This is glue at the edge: detection itself lives in `driftline-detectors` and knows nothing of the bus
 //! or the store.
 
+pub mod expiry;
 pub mod keys;
 mod log_budget;
 mod metrics;
@@ -148,6 +149,9 @@ pub struct Worker<C> {
     tool_streams: HashMap<ToolKey, u32>,
     /// In a consumer group other members apply threshold changes: re-read them now and then.
     settings_read_at: std::time::Instant,
+    /// The positions last released to the bus ([`Consumer::release`]), and when.
+    released: Positions,
+    released_at: std::time::Instant,
     /// Partitions the lag gauge has a series for.
     lag_labels: Vec<String>,
     /// Keys (as on the bus) whose stored state cannot be read, with the reason: their records become dead
@@ -191,6 +195,10 @@ fn rollup_mark(stream: u32, offset: u64) -> DetectorState {
 /// How often a member of a consumer group re-reads every project's thresholds from the store.
 const SETTINGS_REFRESH: Duration = Duration::from_secs(10);
 
+/// How often stored batches are made durable and their records released to the bus: a sync of the store
+/// costs a few milliseconds, and the embedded log holds at most this much more than its backlog.
+const RELEASE_EVERY: Duration = Duration::from_secs(2);
+
 /// What one poll did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Progress {
@@ -222,6 +230,8 @@ impl<C: Consumer> Worker<C> {
             server_streams: HashMap::new(),
             tool_streams: HashMap::new(),
             settings_read_at: std::time::Instant::now(),
+            released: Positions::new(),
+            released_at: std::time::Instant::now(),
             lag_labels: Vec::new(),
             quarantined: BTreeMap::new(),
             list_texts: ListTexts::default(),
@@ -465,6 +475,30 @@ impl<C: Consumer> Worker<C> {
         Ok(Progress { records: records.len() })
     }
 
+    /// Now and then, makes the stored batches durable and tells the bus it may drop their records (the
+    /// embedded log is read by this worker alone). A failure only postpones that: the batches are stored.
+    async fn release_stored(&mut self) {
+        if self.released_at.elapsed() < RELEASE_EVERY || self.released == self.positions {
+            return;
+        }
+        self.released_at = std::time::Instant::now();
+        let released = async {
+            self.store.sync().await?;
+            Ok::<_, WorkerError>(self.consumer.release(&self.positions).await?)
+        };
+        match released.await {
+            Ok(records) => {
+                self.released = self.positions.clone();
+                metrics::RELEASED_RECORDS.inc_by(records);
+                tracing::debug!(records, positions = ?self.positions, "bus records released");
+            }
+            Err(err) => {
+                metrics::RELEASE_FAILURES.inc();
+                tracing::warn!(error = %err, "bus records not released; trying again later");
+            }
+        }
+    }
+
     /// Waits until the batch [`Worker::step`] left in flight is stored.
     pub async fn flush(&mut self) -> Result<(), WorkerError> {
         self.finish_in_flight().await
@@ -509,6 +543,7 @@ impl<C: Consumer> Worker<C> {
         metrics::BATCH_SIZE.observe(records as f64);
         self.positions.extend(positions);
         self.consumer.commit(&self.positions).await?;
+        self.release_stored().await;
         let lag = self.report_lag().await?;
         if lag == 0 {
             metrics::OLDEST_UNPROCESSED.set(0.0);
@@ -612,6 +647,10 @@ impl<C: Consumer> Worker<C> {
                 Ok(progress) => {
                     backoff = Duration::from_millis(100);
                     batches += u64::from(progress.records > 0);
+                    if progress.records == 0 {
+                        // Idle: what the last batches stored need not wait for another batch to be released.
+                        self.release_stored().await;
+                    }
                     if self.settings.stop_after_batches.is_some_and(|limit| batches >= limit) {
                         tracing::warn!(batches, "detector worker stops (detector.test_stop_after_batches)");
                         return;

@@ -40,6 +40,38 @@ pub static DEAD_LETTERS: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+pub static RELEASED_RECORDS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_released_records_total",
+        "Bus records dropped after their outputs were made durable (the embedded log; Kafka keeps its retention)"
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static RELEASE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_release_failures_total",
+        "Times the store could not be synced or the bus could not drop released records (tried again later)"
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static EXPIRED_ROWS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_store_expired_rows_total",
+        "Stored rows removed past their retention (the SQLite store; ClickHouse expires rows by TTL)"
+    )
+    .expect("metric names are static and valid")
+});
+
+pub static EXPIRY_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_store_expiry_failures_total",
+        "Expiry runs that failed (tried again at the next run)"
+    )
+    .expect("metric names are static and valid")
+});
+
 pub static REBALANCES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "driftline_worker_rebalances_total",
