@@ -7,7 +7,8 @@
 //! load spreads its calls over the whole day) it times every read the API makes of traffic, through the
 //! store as the API calls it, and the raw-call query that read made before rollups, on the same data, and
 //! checks that both answer the same counts. Before that, the rollups' write overhead: the day's first calls
-//! loaded into two new stores, with and without rollups.
+//! loaded into two new stores, with and without rollups. After it, on SQLite, the store's expiry a month
+//! later (every loaded row has expired), timed with the detector's batches stored beside it.
 //!
 //! Settings (environment): `SCALE_STORES` (`sqlite,clickhouse`; ClickHouse at `CLICKHOUSE_URL`, default the
 //! local one of `make infra-up`), `SCALE_OVERHEAD_CALLS` (1,000,000; 0 skips that comparison), `SCALE_BATCH`
@@ -195,6 +196,70 @@ async fn load(
         done += n;
     }
     started.elapsed().as_secs_f64()
+}
+
+/// The SQLite store's hourly expiry at its worst: a month later every loaded row has expired at once.
+/// Times removing them while the detector goes on storing one-call batches beside it (each should wait for
+/// one run of the expiry at most), and checks that exactly those calls are left.
+async fn expire_everything(
+    store: Arc<dyn Store>,
+    mut offset: u64,
+    now: i64,
+    path: &std::path::Path,
+) -> Value {
+    let tables = ["tool_calls", "call_identities", "tool_rollups", "agent_rollups"];
+    let counts = || {
+        let connection = rusqlite::Connection::open(path).expect("raw connection");
+        tables.map(|table| {
+            connection
+                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| row.get::<_, i64>(0))
+                .expect(table) as u64
+        })
+    };
+    let before: u64 = counts().iter().sum();
+    let later = Timestamp::from_millis(now + 32 * 24 * HOUR_MS).expect("a time");
+    let started = Instant::now();
+    let expiry = tokio::spawn({
+        let store = store.clone();
+        async move { store.expire(later).await }
+    });
+    let mut generator = Generator::new();
+    let mut waits_ms = Vec::new();
+    loop {
+        let mut call = generator.call(0, 1, now);
+        (call.started_at, call.ingested_at) = (later, later);
+        call.span_id = format!("beside-{offset}");
+        let position = InputPosition { partition: 0, offset };
+        offset += 1;
+        let mut batch = Batch { positions: [(0, position.offset)].into(), ..Default::default() };
+        batch.call_identities.push((call.identity(), position, call.ingested_at));
+        batch.calls.push((
+            derive_id(OutputKind::ToolCall, &call.key().to_string(), position),
+            position,
+            call,
+        ));
+        let waited = Instant::now();
+        store.apply(batch).await.expect("a stored batch");
+        waits_ms.push(waited.elapsed().as_secs_f64() * 1e3);
+        if expiry.is_finished() {
+            break;
+        }
+    }
+    let removed = expiry.await.expect("the expiry task").expect("expired rows");
+    let seconds = started.elapsed().as_secs_f64();
+    let beside = waits_ms.len() as u64;
+    assert_eq!(removed, before, "every loaded row had expired");
+    assert_eq!(counts(), [beside, beside, 0, 0], "left: the calls stored beside the expiry ({tables:?})");
+    waits_ms.sort_by(f64::total_cmp);
+    let percentile = |p: f64| waits_ms[((waits_ms.len() - 1) as f64 * p).round() as usize];
+    let (p50, max) = (percentile(0.5), percentile(1.0));
+    println!(
+        "sqlite: {removed} expired rows removed in {seconds:.1} s ({:.0} rows/s); {beside} one-call batches \
+         stored beside it waited p50 {p50:.1} ms, at most {max:.1} ms",
+        removed as f64 / seconds
+    );
+    json!({"rows": removed, "seconds": seconds, "rows_per_s": removed as f64 / seconds,
+        "batches_beside": beside, "batch_wait_p50_ms": p50, "batch_wait_max_ms": max})
 }
 
 /// The raw-call queries the API made before rollups, answering the same questions.
@@ -650,7 +715,13 @@ fn main() {
                 let timings = measure(store.as_ref(), raw.as_ref(), &config, now).await;
                 checkpoints.push(json!({"calls": loaded, "load_calls_per_s": count as f64 / seconds, "reads": timings}));
             }
-            report["stores"][&kind] = json!({"write_overhead": overhead, "checkpoints": checkpoints});
+            let expiry = match kind.as_str() {
+                // ClickHouse expires rows by its tables' TTLs: the store has nothing to do.
+                "sqlite" => Some(expire_everything(store.clone(), offset, now, &dir.join("reads.db")).await),
+                _ => None,
+            };
+            report["stores"][&kind] =
+                json!({"write_overhead": overhead, "checkpoints": checkpoints, "expiry": expiry});
             drop(store);
             if std::env::var_os("SCALE_KEEP").is_none() {
                 drop_store(&kind, "reads", &config, &dir);

@@ -20,8 +20,10 @@ pub const MINUTE_ROLLUPS: Duration = Duration::from_secs(72 * HOUR);
 /// Rollup rows of hour buckets, from the start of their bucket.
 pub const HOUR_ROLLUPS: Duration = Duration::from_secs(744 * HOUR);
 
-/// Rows removed per transaction: the detector's next batch waits for at most one such run.
-pub(crate) const RUN: i64 = 5_000;
+/// Rows removed per table and transaction: the detector's next batch waits for about one such run (a run
+/// of 5,000 kept one-call batches waiting 69 ms at the median while expiring 5 M rows; 1,000: 15 ms, the
+/// expiry itself ≈ 20 % slower).
+pub(crate) const RUN: i64 = 1_000;
 
 /// Unix milliseconds `retention` before `now` (rows older than this have expired).
 pub(crate) fn cutoff_ms(now_ms: i64, retention: Duration) -> i64 {
