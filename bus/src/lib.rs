@@ -127,12 +127,20 @@ pub trait Consumer: Send {
         Ok(())
     }
 
-    /// Tells the bus the caller's outputs through `positions` are durable: a log this consumer alone
-    /// reads drops the records at or before them (its disk use stays that of its backlog); a shared log
-    /// (Kafka: the topics' retention) keeps them. Answers how many records were dropped.
-    async fn release(&mut self, _positions: &Positions) -> Result<u64, BusError> {
-        Ok(0)
+    /// Where a log this consumer alone reads can drop the records whose outputs the caller made durable
+    /// (its disk use stays that of its backlog); `None` for a shared log (Kafka: the topics' retention).
+    /// A handle of its own, so the caller can release beside its polls rather than between them.
+    fn releaser(&self) -> Option<std::sync::Arc<dyn Release>> {
+        None
     }
+}
+
+/// Drops the records of a log that the caller alone reads ([`Consumer::releaser`]).
+#[async_trait]
+pub trait Release: Send + Sync {
+    /// The caller's outputs through `positions` are durable: drops the records at or before them.
+    /// Answers how many were dropped.
+    async fn release(&self, positions: &Positions) -> Result<u64, BusError>;
 }
 
 /// Streams a consumer group moved to or away from this consumer.

@@ -13,13 +13,17 @@ use driftline_schemas::{InputPosition, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::Notify;
 
-use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
+use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Release, Topic};
 
 #[derive(Clone)]
 pub struct SqliteBus {
     connection: Arc<Mutex<Connection>>,
     /// Reads on a connection of their own: in WAL mode they neither wait for appends nor hold them up.
     reader: Arc<Mutex<Connection>>,
+    /// Drops released records without a sync of its own (`synchronous = NORMAL`): a drop lost to a power
+    /// cut leaves records that are before the stored positions, dropped again next time. It writes while
+    /// holding the append lock, so appends and drops never wait on SQLite's busy handler.
+    dropper: Arc<Mutex<Connection>>,
     appended: Arc<Notify>,
     clock: fn() -> i64,
     /// Payload bytes a poll stops at ([`crate::POLL_BYTES`]; smaller in tests).
@@ -47,9 +51,13 @@ impl SqliteBus {
         // The log is read front to back once: pages come through a mapping rather than being copied in by
         // a read call each (the detector on a 1M-span backlog spent a third of its reading thread there).
         reader.pragma_update(None, "mmap_size", 1i64 << 30)?;
+        let dropper = Connection::open(path)?;
+        dropper.pragma_update(None, "synchronous", "NORMAL")?;
+        dropper.busy_timeout(Duration::from_secs(5))?;
         Ok(SqliteBus {
             connection: Arc::new(Mutex::new(connection)),
             reader: Arc::new(Mutex::new(reader)),
+            dropper: Arc::new(Mutex::new(dropper)),
             appended: Arc::new(Notify::new()),
             clock,
             poll_bytes: crate::POLL_BYTES,
@@ -67,7 +75,8 @@ impl SqliteBus {
         SqliteConsumer { bus: self.clone(), drops_released: false }
     }
 
-    /// The consumer of a log it alone reads: the records it releases ([`Consumer::release`]) are dropped.
+    /// The consumer of a log it alone reads: the records released through its [`Consumer::releaser`] are
+    /// dropped.
     pub fn sole_consumer(&self) -> SqliteConsumer {
         SqliteConsumer { bus: self.clone(), drops_released: true }
     }
@@ -141,14 +150,16 @@ impl SqliteBus {
         let through = i64::try_from(through).unwrap_or(i64::MAX);
         let mut dropped = 0;
         loop {
-            let connection = self.lock()?;
+            let appends = self.lock()?;
+            let connection =
+                self.dropper.lock().map_err(|_| BusError::Unavailable("bus lock poisoned".into()))?;
             let removed = connection
                 .prepare_cached(
                     "DELETE FROM bus_log WHERE offset <= ?1 AND offset < \
                      (SELECT MIN(offset) FROM bus_log) + ?2",
                 )?
                 .execute(params![through, DROP_RUN])?;
-            drop(connection);
+            drop((connection, appends));
             dropped += removed as u64;
             if removed == 0 {
                 return Ok(dropped);
@@ -230,9 +241,19 @@ impl Consumer for SqliteConsumer {
         Ok(std::collections::BTreeMap::from([("log/0".to_owned(), lag)]))
     }
 
-    async fn release(&mut self, positions: &Positions) -> Result<u64, BusError> {
-        let Some(&through) = positions.get(&0).filter(|_| self.drops_released) else { return Ok(0) };
-        let bus = self.bus.clone();
+    fn releaser(&self) -> Option<Arc<dyn Release>> {
+        self.drops_released.then(|| Arc::new(Dropper(self.bus.clone())) as Arc<dyn Release>)
+    }
+}
+
+/// Drops released records from the log (the sole consumer's [`Consumer::releaser`]).
+struct Dropper(SqliteBus);
+
+#[async_trait]
+impl Release for Dropper {
+    async fn release(&self, positions: &Positions) -> Result<u64, BusError> {
+        let Some(&through) = positions.get(&0) else { return Ok(0) };
+        let bus = self.0.clone();
         tokio::task::spawn_blocking(move || bus.drop_through(through))
             .await
             .map_err(|err| BusError::Unavailable(format!("release task failed: {err}")))?
@@ -312,7 +333,7 @@ mod tests {
     }
 
     /// The sole consumer's released records leave the log in runs, later ones stay, and offsets go on
-    /// from where they were (a position stays valid); an ordinary consumer's release drops nothing.
+    /// from where they were (a position stays valid); an ordinary consumer has nothing to release with.
     #[tokio::test]
     async fn the_sole_consumer_drops_what_it_released() {
         let dir = std::env::temp_dir().join(format!("driftline-bus-release-{}", std::process::id()));
@@ -328,21 +349,21 @@ mod tests {
         let through = end - 3;
 
         let shared = Positions::from([(0, through)]);
-        assert_eq!(bus.consumer().release(&shared).await.expect("release"), 0, "not the only reader");
-        assert_eq!(bus.record_count().expect("count"), count as u64);
+        assert!(bus.consumer().releaser().is_none(), "not the only reader");
 
         let mut sole = bus.sole_consumer();
-        assert_eq!(sole.release(&Positions::new()).await.expect("release"), 0, "nothing stored yet");
-        assert_eq!(sole.release(&shared).await.expect("release"), count as u64 - 3);
+        let dropper = sole.releaser().expect("the only reader");
+        assert_eq!(dropper.release(&Positions::new()).await.expect("release"), 0, "nothing stored yet");
+        assert_eq!(dropper.release(&shared).await.expect("release"), count as u64 - 3);
         assert_eq!(bus.record_count().expect("count"), 3);
-        assert_eq!(sole.release(&shared).await.expect("release"), 0, "released twice");
+        assert_eq!(dropper.release(&shared).await.expect("release"), 0, "released twice");
         let rest = sole.poll(&shared, 10, Duration::ZERO).await.expect("poll");
         let offsets: Vec<u64> = rest.iter().map(|d| d.position.offset).collect();
         assert_eq!(offsets, [end - 2, end - 1, end]);
 
         // Emptied, the log still numbers new records after the last one.
         let all = Positions::from([(0, end)]);
-        assert_eq!(sole.release(&all).await.expect("release"), 3);
+        assert_eq!(dropper.release(&all).await.expect("release"), 3);
         assert_eq!(bus.record_count().expect("count"), 0);
         assert_eq!(bus.end_offset().expect("end"), end, "an emptied log keeps its end");
         assert_eq!(sole.lag(&all).await.expect("lag")["log/0"], 0);

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use driftline_bus::{BusError, Consumer, Delivered, Message, Positions, Producer, Topic};
+use driftline_bus::{BusError, Consumer, Delivered, Message, Positions, Producer, Release, Topic};
 use driftline_detectors::contract::{self, ToolContractState};
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
@@ -149,9 +149,12 @@ pub struct Worker<C> {
     tool_streams: HashMap<ToolKey, u32>,
     /// In a consumer group other members apply threshold changes: re-read them now and then.
     settings_read_at: std::time::Instant,
-    /// The positions last released to the bus ([`Consumer::release`]), and when.
+    /// Drops what this worker alone reads from the bus once stored ([`Consumer::releaser`]), the positions
+    /// last released, when, and the release under way.
+    releaser: Option<Arc<dyn Release>>,
     released: Positions,
     released_at: std::time::Instant,
+    releasing: Option<tokio::task::JoinHandle<bool>>,
     /// Partitions the lag gauge has a series for.
     lag_labels: Vec<String>,
     /// Keys (as on the bus) whose stored state cannot be read, with the reason: their records become dead
@@ -195,8 +198,8 @@ fn rollup_mark(stream: u32, offset: u64) -> DetectorState {
 /// How often a member of a consumer group re-reads every project's thresholds from the store.
 const SETTINGS_REFRESH: Duration = Duration::from_secs(10);
 
-/// How often stored batches are made durable and their records released to the bus: a sync of the store
-/// costs a few milliseconds, and the embedded log holds at most this much more than its backlog.
+/// How often stored batches are made durable and their records released to the bus (the embedded log
+/// holds about this much more than its backlog).
 const RELEASE_EVERY: Duration = Duration::from_secs(2);
 
 /// What one poll did.
@@ -213,6 +216,8 @@ impl<C: Consumer> Worker<C> {
         settings: WorkerSettings,
     ) -> Result<Self, WorkerError> {
         let mut worker = Worker {
+            releaser: consumer.releaser(),
+            releasing: None,
             consumer,
             store,
             settings,
@@ -475,28 +480,46 @@ impl<C: Consumer> Worker<C> {
         Ok(Progress { records: records.len() })
     }
 
-    /// Now and then, makes the stored batches durable and tells the bus it may drop their records (the
-    /// embedded log is read by this worker alone). A failure only postpones that: the batches are stored.
+    /// Now and then, where the bus can drop what this worker alone reads (the embedded log), makes the
+    /// stored batches durable and releases their records, in a task beside the polls, one at a time (the
+    /// detector waiting for them stored ≈ 25 % fewer spans/s on a backlog, beside them ≈ 19 % fewer).
+    /// Releasing only once caught up saved some of that but dropped a whole backlog at once, which held
+    /// appends up: span → queryable p99 1 s instead of 30 ms. A failure only postpones a release: the
+    /// batches are stored.
     async fn release_stored(&mut self) {
-        if self.released_at.elapsed() < RELEASE_EVERY || self.released == self.positions {
+        let Some(releaser) = &self.releaser else { return };
+        if let Some(releasing) = self.releasing.take_if(|task| task.is_finished()) {
+            if !releasing.await.unwrap_or(false) {
+                self.released = Positions::new();
+            }
+        }
+        if self.releasing.is_some()
+            || self.released_at.elapsed() < RELEASE_EVERY
+            || self.released == self.positions
+        {
             return;
         }
         self.released_at = std::time::Instant::now();
-        let released = async {
-            self.store.sync().await?;
-            Ok::<_, WorkerError>(self.consumer.release(&self.positions).await?)
-        };
-        match released.await {
-            Ok(records) => {
-                self.released = self.positions.clone();
-                metrics::RELEASED_RECORDS.inc_by(records);
-                tracing::debug!(records, positions = ?self.positions, "bus records released");
+        self.released = self.positions.clone();
+        let (store, releaser, positions) = (self.store.clone(), releaser.clone(), self.positions.clone());
+        self.releasing = Some(tokio::spawn(async move {
+            let released = async {
+                store.sync().await?;
+                Ok::<_, WorkerError>(releaser.release(&positions).await?)
+            };
+            match released.await {
+                Ok(records) => {
+                    metrics::RELEASED_RECORDS.inc_by(records);
+                    tracing::debug!(records, ?positions, "bus records released");
+                    true
+                }
+                Err(err) => {
+                    metrics::RELEASE_FAILURES.inc();
+                    tracing::warn!(error = %err, "bus records not released; trying again later");
+                    false
+                }
             }
-            Err(err) => {
-                metrics::RELEASE_FAILURES.inc();
-                tracing::warn!(error = %err, "bus records not released; trying again later");
-            }
-        }
+        }));
     }
 
     /// Waits until the batch [`Worker::step`] left in flight is stored.
