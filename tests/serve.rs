@@ -1129,7 +1129,7 @@ fn an_unreadable_state_row_quarantines_its_key_and_the_rest_flows() {
 
 /// The embedded bus holds its backlog, not its history: once the detector has made a batch durable its
 /// records are dropped from `bus.db`, and a restart afterwards numbers new records after the dropped ones
-/// (none is mistaken for one already processed).
+/// (none is mistaken for one already processed). The store's rows past their retention go too.
 #[test]
 fn the_embedded_bus_drops_what_the_detector_stored() {
     let dir = temp_dir("bus-release");
@@ -1152,13 +1152,34 @@ fn the_embedded_bus_drops_what_the_detector_stored() {
         0 => Ok(()),
         left => Err(format!("{left} records left in bus.db")),
     });
-    let metrics = client.get("/metrics").1;
-    let released = support::metric_value(
-        metrics.as_str().unwrap_or_default(),
-        "driftline_worker_released_records_total",
-    );
-    assert_eq!(released, Some(300.0), "every record released once");
+    // The counter moves just after the drop commits (in the release task): wait for it, then hold it.
+    let released = || {
+        let metrics = client.get("/metrics").1;
+        support::metric_value(metrics.as_str().unwrap_or_default(), "driftline_worker_released_records_total")
+    };
+    support::wait_until(10, "the released records counted", || match released() {
+        Some(count) if count >= 300.0 => Ok(()),
+        other => Err(format!("released records: {other:?}")),
+    });
+    assert_eq!(released(), Some(300.0), "every record released once");
     assert!(server.terminate().success());
+
+    // A rollup row from a year ago, past every retention: the store's expiry, run beside the detector
+    // shortly after the start, removes it.
+    let store = rusqlite::Connection::open(dir.join("driftline.db")).expect("store");
+    let year_ago = chrono::Utc::now().timestamp_millis() - 365 * 86_400_000;
+    store
+        .execute_batch(&format!(
+            "INSERT INTO tool_rollups VALUES ('default', 3600, {year_ago}, 'old', 'tool', 0, 0, 1, 0, 5,
+                 {year_ago}, 0, 0, 0, 0, 0, 0, 0, x'', x'')"
+        ))
+        .expect("an old rollup row");
+    let old_rows = || -> Result<i64, String> {
+        store
+            .query_row("SELECT COUNT(*) FROM tool_rollups WHERE server = 'old'", [], |row| row.get(0))
+            .map_err(|err| err.to_string())
+    };
+    assert_eq!(old_rows(), Ok(1));
 
     let server = Server::start(&dir, None, &[]);
     let client = server.client(None);
@@ -1167,4 +1188,15 @@ fn the_embedded_bus_drops_what_the_detector_stored() {
     let lag = client.get("/metrics").1;
     let lag = support::metric_value(lag.as_str().unwrap_or_default(), "driftline_worker_consumer_lag");
     assert!(matches!(lag, None | Some(0.0)), "lag after everything was stored: {lag:?}");
+    // The counter moves once the run has committed: wait for it, then hold both to it.
+    let expired = || {
+        let metrics = client.get("/metrics").1;
+        support::metric_value(metrics.as_str().unwrap_or_default(), "driftline_store_expired_rows_total")
+    };
+    support::wait_until(30, "the expiry run counted", || match expired() {
+        Some(count) if count >= 1.0 => Ok(()),
+        other => Err(format!("expired rows: {other:?}, {:?} old rows left", old_rows())),
+    });
+    assert_eq!(old_rows(), Ok(0), "the expired row removed");
+    assert_eq!(expired(), Some(1.0), "the one expired row counted");
 }

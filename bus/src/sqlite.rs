@@ -197,7 +197,7 @@ impl Producer for SqliteBus {
     }
 }
 
-/// Offsets dropped per transaction: ≈ 10 ms of deleting here, so an append never waits long.
+/// Offsets dropped per transaction: an append waits for one such run at most.
 const DROP_RUN: i64 = 10_000;
 
 pub struct SqliteConsumer {
@@ -275,16 +275,21 @@ async fn read_blocking(
 mod tests {
     use super::*;
 
+    /// The path of a new log (its directory emptied) for test `name`.
+    fn fresh_log(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("driftline-bus-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir.join("bus.db")
+    }
+
     fn message(topic: Topic, key: &str, payload: &str) -> Message {
         Message { topic, key: key.into(), payload: payload.as_bytes().to_vec() }
     }
 
     #[tokio::test]
     async fn publishes_durably_and_reads_in_order_after_a_position() {
-        let dir = std::env::temp_dir().join(format!("driftline-bus-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("bus.db");
-        let _ = std::fs::remove_file(&path);
+        let path = fresh_log("order");
         let bus = SqliteBus::open(&path, || 1_000).expect("open");
         bus.publish(vec![message(Topic::Spans, "p/s/t", "1"), message(Topic::ToolLists, "p/s", "2")])
             .await
@@ -311,10 +316,7 @@ mod tests {
     /// records make small batches, and a record larger than the budget still comes alone.
     #[tokio::test]
     async fn a_poll_stops_at_its_payload_bytes() {
-        let dir = std::env::temp_dir().join(format!("driftline-bus-bytes-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("bus.db");
-        let _ = std::fs::remove_file(&path);
+        let path = fresh_log("bytes");
         let bus = SqliteBus::open(&path, || 0).expect("open").with_poll_bytes(1_000);
         let sizes = [400, 400, 400, 5_000, 10];
         bus.publish(sizes.iter().map(|&n| message(Topic::Spans, "k", &"x".repeat(n))).collect())
@@ -336,10 +338,7 @@ mod tests {
     /// from where they were (a position stays valid); an ordinary consumer has nothing to release with.
     #[tokio::test]
     async fn the_sole_consumer_drops_what_it_released() {
-        let dir = std::env::temp_dir().join(format!("driftline-bus-release-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("bus.db");
-        let _ = std::fs::remove_file(&path);
+        let path = fresh_log("release");
         let bus = SqliteBus::open(&path, || 0).expect("open");
         let count = 2 * DROP_RUN as usize + 5;
         bus.publish((0..count).map(|n| message(Topic::Spans, "k", &n.to_string())).collect())
@@ -375,10 +374,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_consumer_wakes_on_publish() {
-        let dir = std::env::temp_dir().join(format!("driftline-bus-wake-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("bus.db");
-        let _ = std::fs::remove_file(&path);
+        let path = fresh_log("wake");
         let bus = SqliteBus::open(&path, || 0).expect("open");
         let mut consumer = bus.consumer();
         let publisher = bus.clone();
