@@ -316,18 +316,26 @@ fn lag_label(settings: &KafkaSettings, stream: u32) -> Option<String> {
 
 /// What the whole group has not processed yet, per input partition: high watermark minus the group's
 /// committed offset (the low watermark where none is committed). Round trips: run off the async threads.
-fn group_backlog(consumer: &BaseConsumer<GroupContext>, settings: &KafkaSettings) -> Vec<(u32, u64)> {
+/// A partition the broker did not answer for this time (a topic just created, a metadata or watermark
+/// timeout) keeps its figure from `previous`, so the gauge does not lose partitions for a refresh.
+fn group_backlog(
+    consumer: &BaseConsumer<GroupContext>,
+    settings: &KafkaSettings,
+    previous: &[(u32, u64)],
+) -> Vec<(u32, u64)> {
     let timeout = Duration::from_secs(2);
     let mut partitions = TopicPartitionList::new();
     for topic in TOPICS {
         let name = settings.topic_name(topic);
         let Ok(metadata) = consumer.fetch_metadata(Some(&name), timeout) else { continue };
-        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
-            partitions.add_partition(&name, partition.id());
+        for found in metadata.topics().iter().filter(|t| t.error().is_none()) {
+            for partition in found.partitions() {
+                partitions.add_partition(&name, partition.id());
+            }
         }
     }
     let committed = consumer.committed_offsets(partitions.clone(), timeout).unwrap_or(partitions);
-    let mut waiting = Vec::new();
+    let mut waiting: BTreeMap<u32, u64> = previous.iter().copied().collect();
     for element in committed.elements() {
         let Some(topic) = topic_of(settings, element.topic()) else { continue };
         let Ok((low, high)) = consumer.fetch_watermarks(element.topic(), element.partition(), timeout) else {
@@ -337,9 +345,9 @@ fn group_backlog(consumer: &BaseConsumer<GroupContext>, settings: &KafkaSettings
             Offset::Offset(offset) => offset.max(low),
             _ => low,
         };
-        waiting.push((stream(topic, element.partition()), (high - start).max(0) as u64));
+        waiting.insert(stream(topic, element.partition()), (high - start).max(0) as u64);
     }
-    waiting
+    waiting.into_iter().collect()
 }
 
 const LAG_REFRESH: Duration = Duration::from_secs(1);
@@ -494,9 +502,11 @@ impl Consumer for KafkaGroupConsumer {
             let (consumer, settings, shared) =
                 (self.consumer.clone(), self.settings.clone(), self.lag.clone());
             let joined = self.events.lock().map_or(true, |e| e.rebalances > 0);
+            let previous = slot.unowned.clone();
             tokio::task::spawn_blocking(move || {
                 let mut marks = Vec::new();
-                let unowned = if joined { Vec::new() } else { group_backlog(&consumer, &settings) };
+                let unowned =
+                    if joined { Vec::new() } else { group_backlog(&consumer, &settings, &previous) };
                 if let Ok(assignment) = consumer.assignment() {
                     for element in assignment.elements() {
                         let Some(topic) = topic_of(&settings, element.topic()) else { continue };
