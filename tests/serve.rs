@@ -1133,9 +1133,9 @@ fn an_unreadable_state_row_quarantines_its_key_and_the_rest_flows() {
 #[test]
 fn the_embedded_bus_drops_what_the_detector_stored() {
     let dir = temp_dir("bus-release");
-    let records_in_bus = || -> Result<i64, String> {
-        let bus = rusqlite::Connection::open(dir.join("bus.db")).map_err(|err| err.to_string())?;
-        bus.query_row("SELECT COUNT(*) FROM bus_log", [], |row| row.get(0)).map_err(|err| err.to_string())
+    let records_in_bus = || -> Result<u64, String> {
+        let bus = driftline_bus::SqliteBus::open(&dir.join("bus.db"), || 0).map_err(|err| err.to_string())?;
+        bus.record_count().map_err(|err| err.to_string())
     };
     let post = |client: &support::Client, batch: usize| {
         let spans: Vec<Value> =
