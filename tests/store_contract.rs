@@ -378,3 +378,58 @@ fn the_clickhouse_store_meets_the_contract() {
     });
     check_golden(&views, false);
 }
+
+/// ClickHouse keeps each server's newest snapshots and their tools (a TTL cannot say "all but the newest"):
+/// the expiry removes the rest by the same list from both tables, and the current tools are untouched.
+#[test]
+fn the_clickhouse_store_keeps_each_servers_newest_snapshots() {
+    use driftline_store::DetectorStore;
+    let url = support::clickhouse_url();
+    let settings = ClickHouseSettings {
+        url: url.clone(),
+        database: format!("snapshots_{}", std::process::id()),
+        user: None,
+        password: None,
+    };
+    let kept = driftline_store::retention::SNAPSHOTS_PER_SERVER;
+    let versions = kept + 1_005;
+    let list = |server: &str, version: i64, offset_ms: i64| {
+        let tools =
+            driftline_schemas::ToolsText::parse(&format!(r#"[{{"name":"t{version}"}}]"#)).expect("tools");
+        ("p".to_owned(), server.to_owned(), at(offset_ms), format!("hash-{version}"), Arc::new(tools))
+    };
+    let count = |sql: String| -> i64 {
+        let agent = ureq::Agent::new_with_defaults();
+        let mut response = agent.post(&url).send(sql.as_str()).expect("a ClickHouse query");
+        response.body_mut().read_to_string().expect("a count").trim().parse().expect("a number")
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        driftline_store::migrate_clickhouse(&settings).await.expect("migrate");
+        let store = ClickHouseStore::connect(&settings).await.expect("connect");
+        let mut batch =
+            Batch { tool_lists: (0..versions).map(|v| list("busy", v, v)).collect(), ..Default::default() };
+        // The first list seen again last: its newer row ranks it first.
+        batch.tool_lists.push(list("busy", 0, versions));
+        batch.tool_lists.extend((0..3).map(|v| list("quiet", v, v)));
+        store.apply(batch).await.expect("apply");
+        let removed = store.expire(at(0)).await.expect("expire");
+        assert_eq!(removed, 2 * (versions - kept) as u64, "a snapshot and its one tool each");
+        assert_eq!(store.expire(at(0)).await.expect("expire"), 0);
+        let current = store.tool_schemas("p", "busy").await.expect("tools");
+        assert_eq!(current.iter().map(|t| t.tool_name.as_str()).collect::<Vec<_>>(), ["t0"]);
+    });
+    let db = &settings.database;
+    for (server, expected) in [("busy", kept), ("quiet", 3)] {
+        for table in ["server_snapshots", "tool_schemas"] {
+            let sql = format!("SELECT count() FROM {db}.{table} FINAL WHERE server_name = '{server}'");
+            assert_eq!(count(sql), expected, "{table} of {server}");
+        }
+    }
+    let newest = count(format!(
+        "SELECT count() FROM {db}.server_snapshots FINAL WHERE server_name = 'busy' AND schema_hash IN \
+         ('hash-0', 'hash-{}')",
+        versions - 1
+    ));
+    assert_eq!(newest, 2, "the list seen again and the newest one are kept");
+}

@@ -21,6 +21,7 @@ use driftline_schemas::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::retention;
 use crate::rollup::{self, Rollup, RollupKey};
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
 use crate::{
@@ -626,6 +627,9 @@ impl ClickHouseStore {
     }
 }
 
+/// Room for a run of snapshot keys listed as literals (server names are bounded by ingest's limits).
+const SNAPSHOT_LIST_QUERY_BYTES: &str = "16777216";
+
 #[async_trait]
 impl DetectorStore for ClickHouseStore {
     async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
@@ -1026,6 +1030,54 @@ impl DetectorStore for ClickHouseStore {
             }
         }
         Ok(stored)
+    }
+
+    /// The tables' TTLs expire rows by age; what a TTL cannot say is "all but a server's newest
+    /// [`retention::SNAPSHOTS_PER_SERVER`] snapshots": those go here, a run of them at a time, from
+    /// `tool_schemas` and `server_snapshots` by the same list (a snapshot seen again since — a list
+    /// changed back — ranks by its newer row and stays). Answers the rows removed from both.
+    async fn expire(&self, _now: Timestamp) -> Result<u64, StoreError> {
+        let mut removed = 0;
+        loop {
+            let older: Vec<(String, String, String)> = self
+                .client
+                .query(
+                    "SELECT project, server_name, schema_hash FROM (
+                         SELECT project, server_name, schema_hash,
+                                row_number() OVER (PARTITION BY project, server_name ORDER BY captured_at DESC) AS rank
+                         FROM server_snapshots FINAL)
+                     WHERE rank > ? LIMIT ?",
+                )
+                .bind(retention::SNAPSHOTS_PER_SERVER)
+                .bind(retention::RUN)
+                .fetch_all()
+                .await?;
+            if older.is_empty() {
+                return Ok(removed);
+            }
+            for table in ["tool_schemas", "server_snapshots"] {
+                let rows: u64 = self
+                    .client
+                    .query(&format!(
+                        "SELECT count() FROM {table} WHERE (project, server_name, schema_hash) IN ?"
+                    ))
+                    .with_setting("max_query_size", SNAPSHOT_LIST_QUERY_BYTES)
+                    .bind(&older)
+                    .fetch_one()
+                    .await?;
+                // A lightweight delete: the rows are masked at once and go with their parts' next merge.
+                self.client
+                    .query(&format!("DELETE FROM {table} WHERE (project, server_name, schema_hash) IN ?"))
+                    .with_setting("max_query_size", SNAPSHOT_LIST_QUERY_BYTES)
+                    .bind(&older)
+                    .execute()
+                    .await?;
+                removed += rows;
+            }
+            if (older.len() as i64) < retention::RUN {
+                return Ok(removed);
+            }
+        }
     }
 }
 

@@ -224,7 +224,8 @@ pub trait DetectorStore: Send + Sync {
         Ok(())
     }
     /// Removes the rows past their retention ([`retention`]) as of `now`, a bounded run per transaction,
-    /// for a store that does not expire them itself (ClickHouse's tables carry TTLs); answers how many.
+    /// that the store does not expire itself (ClickHouse's tables carry TTLs by age, not the snapshots
+    /// kept per server); answers how many.
     async fn expire(&self, _now: Timestamp) -> Result<u64, StoreError> {
         Ok(0)
     }

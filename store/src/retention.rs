@@ -20,6 +20,12 @@ pub const MINUTE_ROLLUPS: Duration = Duration::from_secs(72 * HOUR);
 /// Rollup rows of hour buckets, from the start of their bucket.
 pub const HOUR_ROLLUPS: Duration = Duration::from_secs(744 * HOUR);
 
+/// Snapshots kept per server (`server_snapshots`, and on ClickHouse their `tool_schemas` rows): the newest
+/// by capture time, however old. A server whose list changes at every probe (a counter or a time in a
+/// description) would otherwise add a whole list per probe for as long as it runs; nothing reads more
+/// than the newest (its current tools), drift events keep their own copies of the lists they compare.
+pub const SNAPSHOTS_PER_SERVER: i64 = 20;
+
 /// Rows removed per table and transaction: the detector's next batch waits for about one such run (a run
 /// of 5,000 kept one-call batches waiting 69 ms at the median while expiring 5 M rows; 1,000: 15 ms, the
 /// expiry itself ≈ 20 % slower).

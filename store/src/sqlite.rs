@@ -225,12 +225,15 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
                 ],
             )?;
         }
-        transaction.prepare_cached(
-            "INSERT OR IGNORE INTO server_snapshots (project, server_name, schema_hash, captured_at, tools)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?.execute(
-            params![project, server, hash, ms(*captured_at), text(tools)?],
-        )?;
+        transaction
+            .prepare_cached(
+                // A list seen again (changed back) is as new as its latest capture.
+                "INSERT INTO server_snapshots (project, server_name, schema_hash, captured_at, tools)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (project, server_name, schema_hash)
+             DO UPDATE SET captured_at = max(captured_at, excluded.captured_at)",
+            )?
+            .execute(params![project, server, hash, ms(*captured_at), text(tools)?])?;
     }
     for notification in &batch.notifications {
         transaction
@@ -1253,6 +1256,18 @@ fn expire_run(connection: &Connection, now: i64) -> Result<u64, StoreError> {
             ))?
             .execute(params![now, minute, hour, retention::RUN])? as u64;
     }
+    // All but each server's newest snapshots, however old (nothing reads them; a server whose list changes
+    // at every probe would add one per probe).
+    removed += connection
+        .prepare_cached(
+            "DELETE FROM server_snapshots WHERE rowid IN (
+                 SELECT rowid FROM (
+                     SELECT rowid, row_number() OVER (
+                         PARTITION BY project, server_name ORDER BY captured_at DESC, rowid DESC) AS rank
+                     FROM server_snapshots)
+                 WHERE rank > ?1 LIMIT ?2)",
+        )?
+        .execute(params![retention::SNAPSHOTS_PER_SERVER, retention::RUN])? as u64;
     Ok(removed)
 }
 
@@ -1512,5 +1527,45 @@ mod tests {
         expect("past 41 days", [0, 0, 1, 1, 0, 0, 0, 0]);
         assert_eq!(store.expire(at(91)).await.expect("expire"), 2);
         expect("past 91 days", [0; 8]);
+    }
+
+    /// Each server keeps its newest snapshots, however old; a list seen again counts as new.
+    #[tokio::test]
+    async fn a_servers_newest_snapshots_are_kept() {
+        let dir = fresh_dir("snapshots");
+        let path = dir.join("driftline.db");
+        let store = SqliteStore::open(&path).expect("open");
+        let t0 = 1_800_000_000_000;
+        let list = |server: &str, version: i64, at: i64| {
+            let tools =
+                driftline_schemas::ToolsText::parse(&format!(r#"[{{"name":"t{version}"}}]"#)).expect("tools");
+            let at = Timestamp::from_millis(t0 + at).expect("time");
+            ("p".to_owned(), server.to_owned(), at, format!("hash-{version}"), Arc::new(tools))
+        };
+        let kept = retention::SNAPSHOTS_PER_SERVER;
+        let mut batch = Batch::default();
+        // One more than a run, so the expiry takes two, and a list from the start seen again at the end.
+        let versions = kept + retention::RUN + 5;
+        batch.tool_lists = (0..versions).map(|v| list("busy", v, v)).collect();
+        batch.tool_lists.push(list("busy", 0, versions));
+        batch.tool_lists.extend((0..3).map(|v| list("quiet", v, v)));
+        store.apply(batch).await.expect("apply");
+        let raw = Connection::open(&path).expect("raw");
+        let hashes = |server: &str| -> Vec<String> {
+            let mut select = raw
+                .prepare("SELECT schema_hash FROM server_snapshots WHERE server_name = ?1 ORDER BY captured_at DESC")
+                .expect("select");
+            select.query_map([server], |row| row.get(0)).expect("rows").map(|h| h.expect("hash")).collect()
+        };
+        assert_eq!(hashes("busy").len() as i64, versions);
+        let far = Timestamp::from_millis(t0 + 10_000 * 86_400_000).expect("time");
+        assert_eq!(store.expire(far).await.expect("expire"), (versions - kept) as u64);
+        let mut expected = vec!["hash-0".to_owned()];
+        expected.extend((versions - kept + 1..versions).rev().map(|v| format!("hash-{v}")));
+        assert_eq!(hashes("busy"), expected, "the newest, the list seen again first");
+        assert_eq!(hashes("quiet").len(), 3, "a server within the figure keeps every snapshot");
+        assert_eq!(store.expire(far).await.expect("expire"), 0);
+        let current = store.tool_schemas("p", "busy").await.expect("tools");
+        assert_eq!(current.iter().map(|t| t.tool_name.as_str()).collect::<Vec<_>>(), ["t0"]);
     }
 }

@@ -1,5 +1,6 @@
-//! Removes stored rows past their retention, now and then, beside the detector (DESIGN.md §11's TTLs;
-//! ClickHouse's tables expire their rows themselves, so there the store has nothing to do).
+//! Removes stored rows past their retention, now and then, beside the detector (DESIGN.md §11's TTLs,
+//! and each server's snapshots beyond its newest: `driftline_store::retention`). ClickHouse's tables
+//! expire rows by age themselves; there the store only thins out the snapshots.
 
 use std::sync::Arc;
 use std::time::Duration;

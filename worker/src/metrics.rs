@@ -59,7 +59,7 @@ pub static RELEASE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
 pub static EXPIRED_ROWS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "driftline_store_expired_rows_total",
-        "Stored rows removed past their retention (the SQLite store; ClickHouse expires rows by TTL)"
+        "Stored rows removed past their retention (ClickHouse expires rows by age itself: there, snapshots beyond a server's newest)"
     )
     .expect("metric names are static and valid")
 });
