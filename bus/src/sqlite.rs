@@ -28,6 +28,11 @@ pub const SEGMENT_RECORDS: u64 = 16_384;
 /// Rows deleted per transaction from a segment still being written: an append waits for one such run.
 const DROP_RUN: i64 = 10_000;
 
+/// Free space in `bus.db` past which the log, once it holds no more than a segment, is rewritten smaller
+/// (`VACUUM`): a burst's backlog would otherwise keep its disk space for good. Below it, and while a
+/// backlog waits, appends reuse the freed pages.
+const SHRINK_FREE_BYTES: i64 = 64 << 20;
+
 #[derive(Clone)]
 pub struct SqliteBus {
     connection: Arc<Mutex<Connection>>,
@@ -41,6 +46,8 @@ pub struct SqliteBus {
     clock: fn() -> i64,
     /// Payload bytes a poll stops at ([`crate::POLL_BYTES`]; smaller in tests).
     poll_bytes: usize,
+    /// Free pages, in bytes, past which a log without a backlog gives its file back ([`SHRINK_FREE_BYTES`]).
+    shrink_free_bytes: i64,
 }
 
 /// Where the log stands, read in the transaction that uses it (`bus_meta`).
@@ -195,12 +202,19 @@ impl SqliteBus {
             appended: Arc::new(Notify::new()),
             clock,
             poll_bytes: crate::POLL_BYTES,
+            shrink_free_bytes: SHRINK_FREE_BYTES,
         })
     }
 
     /// The same log, its polls stopping at `bytes` of payload.
     pub fn with_poll_bytes(mut self, bytes: usize) -> Self {
         self.poll_bytes = bytes;
+        self
+    }
+
+    /// The same log, shrinking its file once `bytes` of it are free (smaller in tests).
+    pub fn with_shrink_at(mut self, bytes: i64) -> Self {
+        self.shrink_free_bytes = bytes;
         self
     }
 
@@ -323,37 +337,85 @@ impl SqliteBus {
     /// transaction so appends wait for no more than one; answers how many were dropped.
     fn drop_through(&self, through: u64) -> Result<u64, BusError> {
         let mut dropped = 0;
-        loop {
-            let appends = self.lock()?;
-            let mut connection =
-                self.dropper.lock().map_err(|_| BusError::Unavailable("bus lock poisoned".into()))?;
-            let transaction =
-                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let layout = Layout::read(&transaction)?;
-            let Some(&oldest) = tables(&transaction)?.first() else { return Ok(dropped) };
-            let last = match oldest {
-                Table::Legacy => layout.legacy_end,
-                Table::Segment(segment) => layout.segment_end(segment),
-            };
-            let (removed, whole) = if last <= through && last < layout.next_offset {
-                // Wholly released and written no more: the table goes, its rows untouched.
-                let rows = count_rows(&transaction, oldest)?;
-                transaction.execute_batch(&format!("DROP TABLE {}", oldest.name()))?;
-                (rows, true)
-            } else if layout.next_offset.saturating_sub(through.saturating_add(1)) < layout.segment_records {
-                // The reader is near the end of the log: the released rows of the segment it reads go
-                // one by one (on a backlog they wait for their whole segment, which is cheaper).
-                (delete_run(&transaction, oldest, through)?, false)
-            } else {
-                (0, false)
-            };
-            transaction.commit()?;
-            drop((connection, appends));
+        while let Some(removed) = self.drop_oldest(through)? {
             dropped += removed;
-            if removed == 0 && !whole {
-                return Ok(dropped);
-            }
         }
+        if dropped > 0 {
+            self.shrink_if_idle()?;
+        }
+        Ok(dropped)
+    }
+
+    /// Drops the oldest table if wholly released, or a run of its released rows near the end of the log;
+    /// answers how many records went, `None` when nothing more goes.
+    fn drop_oldest(&self, through: u64) -> Result<Option<u64>, BusError> {
+        let appends = self.lock()?;
+        let mut connection =
+            self.dropper.lock().map_err(|_| BusError::Unavailable("bus lock poisoned".into()))?;
+        let transaction = connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let layout = Layout::read(&transaction)?;
+        let Some(&oldest) = tables(&transaction)?.first() else { return Ok(None) };
+        let last = match oldest {
+            Table::Legacy => layout.legacy_end,
+            Table::Segment(segment) => layout.segment_end(segment),
+        };
+        let (removed, whole) = if last <= through && last < layout.next_offset {
+            // Wholly released and written no more: the table goes, its rows untouched.
+            let rows = count_rows(&transaction, oldest)?;
+            transaction.execute_batch(&format!("DROP TABLE {}", oldest.name()))?;
+            (rows, true)
+        } else if layout.next_offset.saturating_sub(through.saturating_add(1)) < layout.segment_records {
+            // The reader is near the end of the log: the released rows of the segment it reads go
+            // one by one (on a backlog they wait for their whole segment, which is cheaper).
+            (delete_run(&transaction, oldest, through)?, false)
+        } else {
+            (0, false)
+        };
+        transaction.commit()?;
+        drop((connection, appends));
+        Ok((removed > 0 || whole).then_some(removed))
+    }
+
+    /// Rewrites the file without its free pages when they pass the threshold and the log holds no more
+    /// than a segment (a near-empty log is copied in moments; appends wait for it). Answers whether it did.
+    fn shrink_if_idle(&self) -> Result<bool, BusError> {
+        let appends = self.lock()?;
+        let connection =
+            self.dropper.lock().map_err(|_| BusError::Unavailable("bus lock poisoned".into()))?;
+        let pragma = |name: &str| -> Result<i64, BusError> {
+            Ok(connection.query_row(&format!("PRAGMA {name}"), [], |row| row.get(0))?)
+        };
+        let (free, page) = (pragma("freelist_count")?, pragma("page_size")?);
+        if free.saturating_mul(page) < self.shrink_free_bytes {
+            return Ok(false);
+        }
+        let layout = Layout::read(&connection)?;
+        let present = tables(&connection)?;
+        if present.len() > 2 {
+            // More than a segment's worth (counting a backlog's rows would read all of it).
+            return Ok(false);
+        }
+        let mut records = 0;
+        for table in present {
+            records += count_rows(&connection, table)?;
+        }
+        if records > layout.segment_records {
+            return Ok(false);
+        }
+        let started = std::time::Instant::now();
+        let before = pragma("page_count")?;
+        connection.execute_batch("VACUUM")?;
+        // In WAL mode the rewrite lands in the log: a checkpoint that truncates it gives the space back.
+        connection.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
+        let after = pragma("page_count")?;
+        drop((connection, appends));
+        tracing::info!(
+            records,
+            freed_mb = (before - after).max(0).saturating_mul(page) >> 20,
+            took_ms = started.elapsed().as_millis() as u64,
+            "embedded log file shrunk"
+        );
+        Ok(true)
     }
 
     /// The number of records the log holds.
@@ -675,6 +737,31 @@ mod tests {
         assert_eq!(offsets_after(&bus, 0, 100).await, [6]);
         let tables = tables(&Connection::open(&emptied).expect("open")).expect("tables");
         assert_eq!(tables, BTreeSet::from([Table::Segment(1)]), "the emptied old table is gone");
+    }
+
+    /// A log emptied of a burst gives its file back; one still holding a backlog keeps it for the appends.
+    #[tokio::test]
+    async fn an_emptied_log_shrinks_its_file() {
+        let path = fresh_log("shrink");
+        let bus = SqliteBus::open_with_segments(&path, || 0, 16).expect("open").with_shrink_at(256 << 10);
+        let payload = "x".repeat(4_096);
+        bus.publish((0..400).map(|_| message(Topic::Spans, "k", &payload)).collect()).await.expect("publish");
+        let pages = || -> i64 {
+            let connection = Connection::open(&path).expect("open");
+            connection.query_row("PRAGMA page_count", [], |row| row.get(0)).expect("pages")
+        };
+        let full = pages();
+        let dropper = bus.sole_consumer().releaser().expect("the only reader");
+        assert_eq!(dropper.release(&Positions::from([(0, 200)])).await.expect("release"), 192);
+        assert_eq!(pages(), full, "a backlog of 208 records: the freed pages wait for appends");
+        assert_eq!(dropper.release(&Positions::from([(0, 400)])).await.expect("release"), 208);
+        let emptied = pages();
+        assert!(emptied * 20 < full, "{full} pages before, {emptied} after");
+        let wal = std::fs::metadata(path.with_extension("db-wal")).map_or(0, |m| m.len());
+        assert!(wal < 1 << 20, "the log's WAL was truncated: {wal} bytes");
+        // The log goes on where it was.
+        bus.publish(vec![message(Topic::Spans, "k", "after")]).await.expect("publish");
+        assert_eq!(offsets_after(&bus, 400, 10).await, [401]);
     }
 
     #[tokio::test]
