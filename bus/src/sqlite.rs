@@ -8,7 +8,8 @@
 //! a segment wholly released is dropped as a table, which frees its pages without touching its rows (a
 //! `DELETE` of each row cost the embedded detector about a fifth of its speed on a backlog); rows of the
 //! segment still being written are deleted one by one only once the reader is near the end of the log.
-//! A log written before segments (`bus_log`) is read first and dropped whole once released.
+//! A log written before segments (`bus_log`) is read first and dropped whole once released. An emptied
+//! log with [`SHRINK_FREE_BYTES`] free is rewritten smaller, so a burst's backlog does not keep its disk.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -25,7 +26,8 @@ use crate::{BusError, Consumer, Delivered, Message, Positions, Producer, Release
 /// Consecutive offsets per segment table of a new log (an existing log keeps the figure it was made with).
 pub const SEGMENT_RECORDS: u64 = 16_384;
 
-/// Rows deleted per transaction from a segment still being written: an append waits for one such run.
+/// Rows deleted per transaction from the segment being read (near the end of the log): an append waits for
+/// one such run at most.
 const DROP_RUN: i64 = 10_000;
 
 /// Free space in `bus.db` past which the log, once it holds no more than a segment, is rewritten smaller
@@ -340,8 +342,11 @@ impl SqliteBus {
         while let Some(removed) = self.drop_oldest(through)? {
             dropped += removed;
         }
+        // The drops are done and stay done: a shrink that fails is tried again after the next ones.
         if dropped > 0 {
-            self.shrink_if_idle()?;
+            if let Err(err) = self.shrink_if_idle() {
+                tracing::warn!(error = %err, "embedded log file not shrunk");
+            }
         }
         Ok(dropped)
     }
@@ -377,8 +382,8 @@ impl SqliteBus {
     }
 
     /// Rewrites the file without its free pages when they pass the threshold and the log holds no more
-    /// than a segment (a near-empty log is copied in moments; appends wait for it). Answers whether it did.
-    fn shrink_if_idle(&self) -> Result<bool, BusError> {
+    /// than a segment (a near-empty log is copied in moments; appends wait for it).
+    fn shrink_if_idle(&self) -> Result<(), BusError> {
         let appends = self.lock()?;
         let connection =
             self.dropper.lock().map_err(|_| BusError::Unavailable("bus lock poisoned".into()))?;
@@ -387,20 +392,20 @@ impl SqliteBus {
         };
         let (free, page) = (pragma("freelist_count")?, pragma("page_size")?);
         if free.saturating_mul(page) < self.shrink_free_bytes {
-            return Ok(false);
+            return Ok(());
         }
         let layout = Layout::read(&connection)?;
         let present = tables(&connection)?;
         if present.len() > 2 {
             // More than a segment's worth (counting a backlog's rows would read all of it).
-            return Ok(false);
+            return Ok(());
         }
         let mut records = 0;
         for table in present {
             records += count_rows(&connection, table)?;
         }
         if records > layout.segment_records {
-            return Ok(false);
+            return Ok(());
         }
         let started = std::time::Instant::now();
         let before = pragma("page_count")?;
@@ -415,7 +420,7 @@ impl SqliteBus {
             took_ms = started.elapsed().as_millis() as u64,
             "embedded log file shrunk"
         );
-        Ok(true)
+        Ok(())
     }
 
     /// The number of records the log holds.
