@@ -454,6 +454,13 @@ fn configuration_errors_name_the_key() {
         "0",
         "detector.max_batch_records = 0 is out of bounds: it must be in [1, 100000]",
     );
+    refused(
+        "DRIFTLINE__DETECTOR__MAX_BATCH_RECORDS",
+        "100001",
+        "detector.max_batch_records = 100001 is out of bounds: it must be in [1, 100000]",
+    );
+    // The batch-size histogram's buckets reach the largest batch the configuration allows.
+    assert_eq!(driftline_worker::MAX_BATCH_RECORDS_BOUND, 100_000);
 }
 
 #[test]

@@ -60,11 +60,16 @@ pub struct WorkerSettings {
     pub stop_after_batches: Option<u64>,
     /// Tool lists beyond these become dead letters: no record may hold the detector for long.
     pub tool_lists: driftline_schemas::ToolListLimits,
-    /// Records read into one batch at most (a batch takes what the bus has ready, up to this).
+    /// Records read into one batch at most (a batch takes what the bus has ready, up to this); at most
+    /// [`MAX_BATCH_RECORDS_BOUND`].
     pub max_batch_records: usize,
     /// Servers and tools one project may hold state for: a record that would add one more is a dead letter.
     pub keys: KeyLimits,
 }
+
+/// The largest `max_batch_records` a configuration may set (the batch-size histogram's buckets reach it;
+/// `src/config.rs` checks the same figure, written out there because the fuzz crate compiles it alone).
+pub const MAX_BATCH_RECORDS_BOUND: usize = 100_000;
 
 impl Default for WorkerSettings {
     fn default() -> Self {

@@ -14,11 +14,16 @@ pub static RECORDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+/// Buckets up to [`crate::MAX_BATCH_RECORDS_BOUND`]: on a backlog batches hold 20,000 records by default,
+/// which buckets ending at 500 counted only as `+Inf` (a dashboard's p50 then read 500).
+const BATCH_SIZE_BUCKETS: [f64; 11] =
+    [1.0, 10.0, 100.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0, 20_000.0, 50_000.0, 100_000.0];
+
 pub static BATCH_SIZE: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!(
         "driftline_worker_batch_records",
         "Records per stored batch",
-        vec![1.0, 10.0, 50.0, 100.0, 250.0, 500.0]
+        BATCH_SIZE_BUCKETS.to_vec()
     )
     .expect("metric names are static and valid")
 });
@@ -27,7 +32,8 @@ pub static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!(
         "driftline_worker_flush_seconds",
         "Time to store one batch (outputs, state, offset)",
-        vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0]
+        // A full batch takes 0.1–0.25 s on SQLite here; a store that is slow or retried, seconds.
+        vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
     )
     .expect("metric names are static and valid")
 });
@@ -193,3 +199,17 @@ pub static ROLLUP_ROWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
     .expect("metric names are static and valid")
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every batch size a configuration allows falls in a finite bucket, and the default batch exactly on one.
+    #[test]
+    fn batch_size_buckets_reach_the_largest_batch() {
+        assert_eq!(BATCH_SIZE_BUCKETS.last().copied(), Some(crate::MAX_BATCH_RECORDS_BOUND as f64));
+        let default = crate::WorkerSettings::default().max_batch_records as f64;
+        assert!(BATCH_SIZE_BUCKETS.contains(&default), "no bucket at the default batch size {default}");
+        assert!(BATCH_SIZE_BUCKETS.windows(2).all(|pair| pair[0] < pair[1]), "buckets must increase");
+    }
+}
