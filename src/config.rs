@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use driftline_detectors::tool_drift::BaselinePolicy;
 use driftline_http::ApiKey;
-use driftline_schemas::DetectorThresholds;
+use driftline_schemas::{DetectorThresholds, SecurityHold};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -330,6 +330,9 @@ pub struct DetectorConfig {
     /// Default for projects that never set theirs: `compatible` (a new tool list whose changes are all
     /// COMPATIBLE becomes the baseline at once), `manual` (an operator accepts each), or `auto`.
     pub baseline: BaselinePolicy,
+    /// Default for projects that never set theirs: the least security-flag severity that holds a tool-list
+    /// change for a person (`medium`, or `high`; never lower).
+    pub security_hold: SecurityHold,
     /// Sessions at which an agent calling a tool with open breaking or warning drift is HIGH risk.
     pub high_risk_sessions: u64,
     /// A tool call sent again (same project, server, tool, trace and span id) within this many hours of
@@ -355,6 +358,7 @@ impl Default for DetectorConfig {
             history_window: t.history_window,
             tool_return_value_max_bytes: t.tool_return_value_max_bytes,
             baseline: BaselinePolicy::default(),
+            security_hold: SecurityHold::default(),
             high_risk_sessions: 10,
             repeat_window_hours: 24,
             max_batch_records: 20_000,
@@ -371,6 +375,7 @@ impl DetectorConfig {
             history_window: self.history_window,
             tool_return_value_max_bytes: self.tool_return_value_max_bytes,
             baseline: self.baseline,
+            security_hold: self.security_hold,
         }
     }
 }

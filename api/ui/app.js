@@ -718,10 +718,11 @@ async function settingsPage() {
   const form = h('form', { class: 'settings card', id: 'thresholds', onsubmit: async (e) => {
     e.preventDefault();
     const body = {};
+    const choices = ['baseline', 'security_hold'];
     for (const key of Object.keys(t)) {
-      if (key !== 'baseline') body[key] = Number(form.elements[key].value);
+      if (!choices.includes(key)) body[key] = Number(form.elements[key].value);
     }
-    body.baseline = form.elements.baseline.value;
+    for (const key of choices) body[key] = form.elements[key].value;
     try {
       await api('/api/settings/detector-thresholds', { method: 'PUT', body: JSON.stringify(body) });
       message.replaceChildren(h('p', { class: 'form-ok' }, 'Saved.'));
@@ -736,6 +737,11 @@ async function settingsPage() {
     ['manual', 'manual — every new tool list waits for an operator'],
     ['auto', 'auto — accept every new tool list at once (its event is kept)'],
   ].map(([value, label]) => h('option', { value, selected: t.baseline === value ? '' : null }, label))),
+  h('label', { for: 'security_hold' }, 'Hold for review'),
+  h('select', { id: 'security_hold', name: 'security_hold' }, [
+    ['medium', 'medium — a change with a security flag of medium or high waits for a person'],
+    ['high', 'high — only high-severity flags hold a change'],
+  ].map(([value, label]) => h('option', { value, selected: t.security_hold === value ? '' : null }, label))),
   h('h2', {}, 'Return-shape detector thresholds'),
   field('min_history_calls', 'Minimum history calls'),
   field('history_window', 'History window'),

@@ -188,3 +188,64 @@ fn real_tools_are_hashed_as_their_normal_form() {
     println!("real tools: {direct} of {tools} written directly");
     assert!(tools > 500, "the corpus holds {tools} tools");
 }
+
+/// The security review on every real tool as first seen (each distinct definition of the corpus once):
+/// ordinary descriptions of real servers must not be held. Prints the false-flag rate by rule: a flag of
+/// medium or higher on these tools holds a change for a person, so each one is a false alarm.
+#[test]
+fn real_descriptions_are_not_held_by_the_security_review() {
+    use driftline_detectors::tool_drift::{review_tool, ToolNames};
+    use driftline_schemas::Severity;
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let (mut tools, mut held_tools) = (0usize, 0usize);
+    let mut by_rule: BTreeMap<(String, Severity), usize> = BTreeMap::new();
+    let mut held = Vec::new();
+    let servers = std::fs::read_dir(corpus().join("lists")).expect("tests/real/lists");
+    let mut paths: Vec<PathBuf> = servers
+        .flat_map(|server| std::fs::read_dir(server.expect("a server").path()).expect("a server's lists"))
+        .map(|entry| entry.expect("a list").path())
+        .collect();
+    paths.sort();
+    for path in paths {
+        let list = read_json(&path);
+        let list = list.as_array().cloned().unwrap_or_default();
+        let names: Vec<String> =
+            list.iter().filter_map(|tool| tool["name"].as_str().map(str::to_owned)).collect();
+        let tool_names = ToolNames::new(names.iter().map(String::as_str).collect());
+        for tool in &list {
+            let (Some(object), Some(name)) = (tool.as_object(), tool["name"].as_str()) else { continue };
+            if !seen.insert(canonical_json(tool)) {
+                continue;
+            }
+            tools += 1;
+            let flags = review_tool(&normalize_tool(name, object), &tool_names);
+            for flag in &flags {
+                *by_rule.entry((flag.rule.clone(), flag.severity)).or_default() += 1;
+            }
+            let worst =
+                flags.iter().filter(|flag| flag.severity >= Severity::Medium).max_by_key(|f| f.severity);
+            if let Some(flag) = worst {
+                held_tools += 1;
+                held.push(format!(
+                    "{} · {name}: {} {} «{}»",
+                    path.display(),
+                    flag.rule,
+                    flag.severity.as_str(),
+                    flag.excerpt
+                ));
+            }
+        }
+    }
+    println!(
+        "security review on {tools} distinct real tools: {held_tools} held ({:.2}% false flags of medium or higher)",
+        100.0 * held_tools as f64 / tools.max(1) as f64
+    );
+    for ((rule, severity), count) in &by_rule {
+        println!("  {rule} {}: {count}", severity.as_str());
+    }
+    for line in &held {
+        println!("  held: {line}");
+    }
+    assert!(tools > 500, "the corpus holds {tools} distinct tools");
+    assert!(held.is_empty(), "real tools held by the security review:\n{held:#?}");
+}

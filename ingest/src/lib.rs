@@ -174,7 +174,9 @@ fn read_span(element: &RawValue, project: &ProjectName) -> Result<ToolCallSpan, 
 }
 
 /// `PUT /api/servers/{name}/tools` accepts the tools array, `{"tools": [...], "captured_at": ...}`, or a
-/// JSON-RPC `tools/list` response (`{"result": {"tools": [...]}}`).
+/// JSON-RPC `tools/list` response (`{"result": {"tools": [...]}}`). Either object may carry the list
+/// result's own fields as the MCP SDKs serialise them (`ttlMs`, `cacheScope`, `resultType` of 2026-07-28,
+/// `nextCursor`, `_meta`): read and checked, never part of the list or its hash.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WrappedToolList {
@@ -183,23 +185,67 @@ struct WrappedToolList {
     captured_at: Option<Timestamp>,
     #[serde(default)]
     source: Option<SnapshotSource>,
+    /// Set on a page that is not the last: such a body is not the whole list.
+    #[serde(default, rename = "nextCursor")]
+    next_cursor: Option<String>,
+    /// How long a client may cache the list, and for whom (2026-07-28): driftline's probes keep their
+    /// own interval, so these are checked for their type only.
+    #[serde(default, rename = "ttlMs")]
+    _ttl_ms: Option<u64>,
+    #[serde(default, rename = "cacheScope")]
+    _cache_scope: Option<String>,
+    /// `complete` for a list (2026-07-28); anything else is no list.
+    #[serde(default, rename = "resultType")]
+    result_type: Option<String>,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<serde_json::Map<String, Value>>,
+}
+
+/// A JSON-RPC `tools/list` result, read as a client reads it: its tools, and whether it is whole.
+#[derive(Deserialize)]
+struct ToolsResult {
+    tools: Vec<Value>,
+    #[serde(default, rename = "nextCursor")]
+    next_cursor: Option<String>,
+    #[serde(default, rename = "resultType")]
+    result_type: Option<String>,
+}
+
+/// A list result that is the whole list: no further page, and a complete result.
+fn whole_list(next_cursor: Option<&str>, result_type: Option<&str>) -> Result<(), ApiError> {
+    let quoted = |text: &str| text.chars().take(40).collect::<String>();
+    if let Some(cursor) = next_cursor {
+        return Err(ApiError::bad_request(format!(
+            "this is one page of the list (nextCursor {:?}): send every page's tools in one list",
+            quoted(cursor)
+        )));
+    }
+    match result_type {
+        None | Some("complete") => Ok(()),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "resultType {:?} is no tool list (expected \"complete\")",
+            quoted(other)
+        ))),
+    }
 }
 
 const TOOL_LIST_FORMS: &str = r#"the tools array, {"tools": [...], "captured_at": "<RFC 3339>"}, or a tools/list response {"result": {"tools": [...]}}"#;
 
 fn read_tool_list(bytes: &[u8], now: Timestamp) -> Result<(Vec<Value>, Timestamp, SnapshotSource), ApiError> {
     let body: Value = parse_body(bytes, TOOL_LIST_FORMS)?;
+    let unexpected =
+        |err: serde_json::Error| ApiError::bad_request(format!("expected {TOOL_LIST_FORMS}: {err}"));
     match body {
         Value::Array(tools) => Ok((tools, now, SnapshotSource::Api)),
         Value::Object(mut object) if object.contains_key("result") => {
-            match object.remove("result").and_then(|mut r| r.get_mut("tools").map(Value::take)) {
-                Some(Value::Array(tools)) => Ok((tools, now, SnapshotSource::Api)),
-                _ => Err(ApiError::bad_request(format!("expected {TOOL_LIST_FORMS}"))),
-            }
+            let result = object.remove("result").unwrap_or_default();
+            let result: ToolsResult = serde_json::from_value(result).map_err(unexpected)?;
+            whole_list(result.next_cursor.as_deref(), result.result_type.as_deref())?;
+            Ok((result.tools, now, SnapshotSource::Api))
         }
         object @ Value::Object(_) => {
-            let wrapped: WrappedToolList = serde_json::from_value(object)
-                .map_err(|err| ApiError::bad_request(format!("expected {TOOL_LIST_FORMS}: {err}")))?;
+            let wrapped: WrappedToolList = serde_json::from_value(object).map_err(unexpected)?;
+            whole_list(wrapped.next_cursor.as_deref(), wrapped.result_type.as_deref())?;
             Ok((
                 wrapped.tools,
                 wrapped.captured_at.unwrap_or(now),
@@ -442,4 +488,42 @@ async fn traces(
     metrics::OTLP_SPANS.with_label_values(&["rejected"]).inc_by(rejected.len() as u64);
     tracing::debug!(project = %who.project, tool_calls = accepted_count, skipped = mapped.skipped, rejected = rejected.len(), "otlp traces ingested");
     Ok(otlp_response(encoding, &rejected))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PUT body's tools, or the error it gets.
+    fn check(body: serde_json::Value, expected: Result<usize, &str>) {
+        let now = Timestamp::parse("2026-12-07T00:00:00Z").expect("a time");
+        let got = read_tool_list(body.to_string().as_bytes(), now)
+            .map(|(tools, _, _)| tools.len())
+            .map_err(|err| err.body.error);
+        match (&got, expected) {
+            (Ok(n), Ok(want)) => assert_eq!(*n, want, "{body}"),
+            (Err(error), Err(want)) => assert!(error.contains(want), "{body}: {error}"),
+            _ => panic!("{body}: got {got:?}, want {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn list_results_in_the_sdks_serialised_form_are_taken() {
+        let tool = serde_json::json!({"name": "add", "inputSchema": {"type": "object"}});
+        check(serde_json::json!([tool]), Ok(1));
+        // MCP 2026-07-28, as the Python SDK 2.x serialises a tools/list result, bare and in JSON-RPC.
+        let result = serde_json::json!({"tools": [tool], "ttlMs": 60000, "cacheScope": "session",
+            "resultType": "complete", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "s"}}});
+        check(result.clone(), Ok(1));
+        check(serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": result}), Ok(1));
+        // A page that is not the last is not the whole list; nor is an interim result.
+        check(serde_json::json!({"tools": [tool], "nextCursor": "abc"}), Err("one page of the list"));
+        check(
+            serde_json::json!({"result": {"tools": [tool], "nextCursor": "abc"}}),
+            Err("one page of the list"),
+        );
+        check(serde_json::json!({"tools": [], "resultType": "input_required"}), Err("is no tool list"));
+        check(serde_json::json!({"tools": [tool], "ttlMs": "soon"}), Err("expected the tools array"));
+        check(serde_json::json!({"tools": [tool], "tool": []}), Err("unknown field `tool`"));
+    }
 }

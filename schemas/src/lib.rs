@@ -25,7 +25,7 @@ pub use names::{KeyError, KeyLimits, NameError, ProjectName, ServerKey, ServerNa
 pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES, TOP_SECURITY_FLAGS};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason, SignalKind};
 pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
-pub use thresholds::{BaselinePolicy, DetectorThresholds, ThresholdError};
+pub use thresholds::{BaselinePolicy, DetectorThresholds, SecurityHold, ThresholdError};
 pub use time::Timestamp;
 pub use tool_drift::{
     ChangeType, Classification, Direction, EventStatus, SchemaChange, SchemaDriftEvent, SecurityFlag,

@@ -22,6 +22,35 @@ impl BaselinePolicy {
     }
 }
 
+/// The least severity of a security flag that holds a change for a person (DESIGN.md §5): a change
+/// carrying such a flag is at least WARNING whatever its structural kind, so the `compatible` policy never
+/// accepts it and a webhook sends it by default. `medium` by default; a project may raise it to `high`,
+/// never lower it (low flags are hints, not reasons to page anyone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SecurityHold {
+    #[default]
+    Medium,
+    High,
+}
+
+impl SecurityHold {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecurityHold::Medium => "medium",
+            SecurityHold::High => "high",
+        }
+    }
+
+    /// The least severity held.
+    pub fn severity(self) -> crate::Severity {
+        match self {
+            SecurityHold::Medium => crate::Severity::Medium,
+            SecurityHold::High => crate::Severity::High,
+        }
+    }
+}
+
 /// Per-project detector settings: the return-shape detector's thresholds (DESIGN.md §4) and the
 /// tool-list baseline policy (§5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -35,6 +64,8 @@ pub struct DetectorThresholds {
     pub tool_return_value_max_bytes: u32,
     /// When a new tool list becomes the baseline without an operator.
     pub baseline: BaselinePolicy,
+    /// The least security-flag severity that holds a change for a person.
+    pub security_hold: SecurityHold,
 }
 
 impl Default for DetectorThresholds {
@@ -44,6 +75,7 @@ impl Default for DetectorThresholds {
             history_window: 100,
             tool_return_value_max_bytes: 8192,
             baseline: BaselinePolicy::default(),
+            security_hold: SecurityHold::default(),
         }
     }
 }
@@ -155,5 +187,10 @@ mod tests {
             serde_json::from_str(r#"{"min_history_calls": 5}"#).expect("partial");
         assert_eq!(partial, DetectorThresholds { min_history_calls: 5, ..Default::default() });
         assert!(serde_json::from_str::<DetectorThresholds>(r#"{"window": 5}"#).is_err());
+        let high: DetectorThresholds = serde_json::from_str(r#"{"security_hold": "high"}"#).expect("high");
+        assert_eq!(high.security_hold, SecurityHold::High);
+        // The hold is never lowered below medium: there is no such value.
+        let low = serde_json::from_str::<DetectorThresholds>(r#"{"security_hold": "low"}"#);
+        assert!(low.is_err_and(|err| err.to_string().contains("expected `medium` or `high`")));
     }
 }

@@ -344,22 +344,34 @@ pub fn impact_report(
     out
 }
 
-/// The project's detector settings; with `--baseline`, changes the baseline policy first (admin key).
-pub fn settings(api: &Api, baseline: Option<BaselinePolicy>) -> anyhow::Result<ExitCode> {
-    let view: ThresholdsView = match baseline {
-        Some(policy) => {
-            let body = serde_json::json!({ "baseline": policy });
+/// The project's detector settings; with `--baseline` or `--security-hold`, changes them first (admin key).
+pub fn settings(
+    api: &Api,
+    baseline: Option<BaselinePolicy>,
+    hold: Option<driftline_schemas::SecurityHold>,
+) -> anyhow::Result<ExitCode> {
+    let mut body = serde_json::Map::new();
+    if let Some(policy) = baseline {
+        body.insert("baseline".into(), serde_json::json!(policy));
+    }
+    if let Some(hold) = hold {
+        body.insert("security_hold".into(), serde_json::json!(hold));
+    }
+    let view: ThresholdsView = match body.is_empty() {
+        false => {
+            let body = Value::Object(body);
             let (_, answer) = api.send("PUT", "/api/settings/detector-thresholds", &body)?;
             serde_json::from_value(answer)
                 .context("unexpected answer from PUT /api/settings/detector-thresholds")?
         }
-        None => api.get("/api/settings/detector-thresholds")?,
+        true => api.get("/api/settings/detector-thresholds")?,
     };
     match api.format() {
         Format::Json => print_json(&view)?,
         Format::Text => {
             let t = view.thresholds;
             println!("baseline policy: {}", t.baseline.as_str());
+            println!("security hold: {}", t.security_hold.as_str());
             println!("min_history_calls: {}", t.min_history_calls);
             println!("history_window: {}", t.history_window);
             println!("tool_return_value_max_bytes: {}", t.tool_return_value_max_bytes);

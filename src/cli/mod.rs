@@ -109,10 +109,13 @@ enum Command {
         #[command(flatten)]
         connection: client::Connection,
     },
-    /// The project's detector settings; `--baseline manual|auto|compatible` sets the baseline policy (admin key).
+    /// The project's detector settings; `--baseline manual|auto|compatible` sets the baseline policy and
+    /// `--security-hold medium|high` the least security-flag severity that holds a change (admin key).
     Settings {
         #[arg(long, value_enum)]
         baseline: Option<PolicyArg>,
+        #[arg(long, value_enum)]
+        security_hold: Option<HoldArg>,
         #[command(flatten)]
         connection: client::Connection,
     },
@@ -167,6 +170,24 @@ pub enum PolicyArg {
     Auto,
     /// A tool list whose changes are all COMPATIBLE is accepted as it arrives; the rest waits.
     Compatible,
+}
+
+/// `--security-hold`: the least security-flag severity that holds a tool-list change for a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HoldArg {
+    /// Medium and high flags hold a change (the default).
+    Medium,
+    /// Only high flags hold a change.
+    High,
+}
+
+impl From<HoldArg> for driftline_schemas::SecurityHold {
+    fn from(hold: HoldArg) -> Self {
+        match hold {
+            HoldArg::Medium => Self::Medium,
+            HoldArg::High => Self::High,
+        }
+    }
 }
 
 impl From<PolicyArg> for driftline_schemas::BaselinePolicy {
@@ -260,9 +281,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::McpHealth { drift: None, server, connection, .. } => {
             client::health(&client::Api::new(connection), server.as_deref())
         }
-        Command::Settings { baseline, connection } => {
-            client::settings(&client::Api::new(connection), baseline.map(Into::into))
-        }
+        Command::Settings { baseline, security_hold, connection } => client::settings(
+            &client::Api::new(connection),
+            baseline.map(Into::into),
+            security_hold.map(Into::into),
+        ),
         Command::DriftImpact { server, tool, hours, connection } => {
             client::drift_impact(&client::Api::new(connection), &server, &tool, hours)
         }

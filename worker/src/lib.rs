@@ -22,8 +22,8 @@ use driftline_detectors::contract::{self, ToolContractState};
 use driftline_detectors::shape::record_from_span;
 use driftline_detectors::shape_drift::{self, ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{
-    changed_declarations, declared_outputs, short_hash, DeclaredOutput, HashedTools, RecordContext,
-    ServerState, ToolListOutput,
+    changed_declarations, declared_outputs, short_hash, Acceptance, DeclaredOutput, HashedTools,
+    RecordContext, ServerState, ToolListOutput,
 };
 use driftline_schemas::api::{AcceptResult, ShapeState, ToolShape};
 use driftline_schemas::{
@@ -885,7 +885,7 @@ impl<C: Consumer> Worker<C> {
         declarations: &mut Vec<Message>,
     ) {
         let key = snapshot.key();
-        let policy = self.thresholds_of(&snapshot.project).baseline;
+        let policy = Acceptance::from(&self.thresholds_of(&snapshot.project));
         let state = state_of(&mut self.servers, &key, || self.keys_held.server_added(&key));
         let was_down = state.down.is_some();
         let context = RecordContext {
@@ -1339,6 +1339,7 @@ fn server_row(
     let status = state.status();
     let note = match (&state.down, status) {
         (Some(error), _) => Some(error.clone()),
+        (None, ServerStatus::Degraded) if state.held.is_some() => state.held.clone(),
         (None, ServerStatus::Degraded) => {
             let baseline = state.baseline.as_ref().map(|b| short_hash(&b.hash)).unwrap_or_default();
             let current =

@@ -174,15 +174,22 @@ impl CompiledOutput {
     }
 }
 
-/// `Some(structuredContent)` when the value is an MCP CallToolResult: an object with a `content` array
-/// and otherwise only `isError`, `structuredContent` and `_meta`.
+/// `Some(structuredContent)` when the value is an MCP CallToolResult: an object whose keys are only the
+/// envelope's (`content`, `isError`, `structuredContent`, `_meta`, and `resultType` of 2026-07-28, which
+/// the official SDKs write on every result), with a `content` array, or — since 2026-07-28 — a
+/// `resultType` or a `structuredContent` standing without `content`. Its structured content may be any
+/// JSON value (an array too).
 fn envelope(node: &Node) -> Option<Option<&Node>> {
     let Node::Object(fields) = node else { return None };
-    let envelope_keys = fields
-        .iter()
-        .all(|(key, _)| matches!(key.as_str(), "content" | "isError" | "structuredContent" | "_meta"));
-    (envelope_keys && matches!(field(fields, "content"), Some(Node::Array(_))))
-        .then(|| field(fields, "structuredContent"))
+    let envelope_keys = fields.iter().all(|(key, _)| {
+        matches!(key.as_str(), "content" | "isError" | "structuredContent" | "_meta" | "resultType")
+    });
+    let structured = field(fields, "structuredContent");
+    let is_envelope = match field(fields, "content") {
+        Some(content) => matches!(content, Node::Array(_)),
+        None => structured.is_some() || field(fields, "resultType").is_some(),
+    };
+    (envelope_keys && is_envelope).then_some(structured)
 }
 
 /// Object fields sorted by key with duplicates dropped (the last wins, as in the fingerprint), so

@@ -505,6 +505,38 @@ fn contract_call_tool_result_envelope() {
     check(read_file, r#"{"content":"x"}"#, "admitted");
 }
 
+/// Results of MCP 2026-07-28 (and of SDKs that write its fields on every result): `resultType` and a
+/// `_meta` with the server's info are envelope, `content` may be left out beside `structuredContent`,
+/// and the structured content may be an array.
+#[test]
+fn contract_envelopes_of_2026_07_28() {
+    check(
+        WEATHER,
+        r#"{"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s","version":"1"}},"content":[{"type":"text","text":"21"}],"structuredContent":{"temp_c":21}}"#,
+        "admitted",
+    );
+    check(WEATHER, r#"{"resultType":"complete","structuredContent":{"temp_c":21}}"#, "admitted");
+    check(WEATHER, r#"{"structuredContent":{"temp_c":21}}"#, "admitted");
+    check(
+        WEATHER,
+        r#"{"resultType":"complete","structuredContent":{"temp":21}}"#,
+        &format!("structuredContent.temp_c: {MISSING_REQUIRED}; structuredContent.temp: {NOT_ALLOWED}"),
+    );
+    check(
+        WEATHER,
+        r#"{"resultType":"complete","content":[{"type":"text","text":"21"}]}"#,
+        &format!("structuredContent: {MISSING_STRUCTURED_CONTENT}"),
+    );
+    let rows = r#"{"type":"array","items":{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}}"#;
+    check(rows, r#"{"resultType":"complete","content":[],"structuredContent":[{"id":"a"}]}"#, "admitted");
+    check(rows, r#"{"content":[],"structuredContent":[{"id":"a"}]}"#, "admitted");
+    check(
+        rows,
+        r#"{"resultType":"complete","content":[],"structuredContent":[{"name":"a"}]}"#,
+        &format!("structuredContent[].id: {MISSING_REQUIRED}"),
+    );
+}
+
 #[test]
 fn contract_unreadable_shapes_are_inconclusive() {
     let schema = json!({"type": "object"});

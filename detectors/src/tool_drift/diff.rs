@@ -7,7 +7,9 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-use driftline_schemas::{ChangeType, Classification, Direction, SchemaChange, SecurityFlag, Severity};
+use driftline_schemas::{
+    ChangeType, Classification, Direction, SchemaChange, SecurityFlag, SecurityHold, Severity,
+};
 use serde_json::{json, Map, Value};
 
 use super::canonical::canonical_json;
@@ -38,8 +40,29 @@ pub fn diff_tools_listed(old: &[Value], new: &[Value]) -> ListedChanges {
 /// Diffs two indexed lists. Tools whose definition digests agree are unchanged; normal forms are built
 /// only for the others. Lists at most [`LISTED_CHANGES_PER_KIND`] changes (and
 /// [`LISTED_BYTES_PER_KIND`] of their text) of each kind of consequence and counts the rest.
+/// Changes carrying a flag of medium severity or higher are held (at least WARNING).
 pub fn diff_indexed(old: IndexedList<'_>, new: IndexedList<'_>) -> ListedChanges {
-    diff_indexed_within(old, new, (LISTED_CHANGES_PER_KIND, LISTED_BYTES_PER_KIND), Split::MACHINE)
+    diff_indexed_holding(old, new, SecurityHold::default())
+}
+
+/// [`diff_indexed`] with the project's hold: a change carrying a security flag at or above it is at least
+/// WARNING, whatever its structural kind (DESIGN.md §5), so no policy but `auto` accepts it unseen.
+pub fn diff_indexed_holding(old: IndexedList<'_>, new: IndexedList<'_>, hold: SecurityHold) -> ListedChanges {
+    let per_kind = (LISTED_CHANGES_PER_KIND, LISTED_BYTES_PER_KIND);
+    diff_indexed_within(old, new, per_kind, Split::MACHINE, hold.severity())
+}
+
+/// A change's classification once its security flags are weighed: at least WARNING when one reaches `hold`.
+pub fn held_classification(
+    structural: Classification,
+    flags: &[SecurityFlag],
+    hold: Severity,
+) -> Classification {
+    if flags.iter().any(|flag| flag.severity >= hold) {
+        structural.max(Classification::Warning)
+    } else {
+        structural
+    }
 }
 
 /// What the diff compares of one name: the normal forms of a changed tool, or of an added one.
@@ -54,6 +77,8 @@ type Pair<'t> = (Option<&'t IndexedTool>, Option<&'t IndexedTool>);
 /// What one pair needs to be diffed besides its normal forms.
 struct PairContext<'c> {
     tool_names: &'c ToolNames<'c>,
+    /// The least flag severity that makes a change at least WARNING.
+    hold: Severity,
     /// Removed tools whose definition reappears under a new name: old name -> new name.
     renamed_to: &'c HashMap<&'c str, &'c str>,
 }
@@ -62,8 +87,13 @@ impl PairContext<'_> {
     /// Lists the changes of one pair (normal forms for changed and added tools, none for removed ones).
     fn visit(&self, pair: &Pair<'_>, normal: Option<&Normals>, listing: &mut Listing) {
         let Some(name) = pair.0.or(pair.1).map(|tool| &*tool.name) else { return };
-        let mut differ =
-            ToolDiffer { tool: name, tool_names: self.tool_names, listing, description_rewritten: false };
+        let mut differ = ToolDiffer {
+            tool: name,
+            tool_names: self.tool_names,
+            hold: self.hold,
+            listing,
+            description_rewritten: false,
+        };
         match (pair, normal) {
             (_, Some(Normals::Changed(before, after))) => differ.tool(&before.definition, &after.definition),
             (_, Some(Normals::Added(after))) => {
@@ -90,6 +120,7 @@ pub(crate) fn diff_indexed_within(
     new: IndexedList<'_>,
     per_kind: (usize, usize),
     split: Split,
+    hold: Severity,
 ) -> ListedChanges {
     let tool_names = ToolNames::new(new.index.tools().iter().map(|t| &*t.name).collect());
     // Both indexes are sorted by name: walked side by side, once.
@@ -121,7 +152,7 @@ pub(crate) fn diff_indexed_within(
         (None, Some(after)) => still_added.contains(&*after.name),
         _ => false,
     };
-    let context = PairContext { tool_names: &tool_names, renamed_to: &renamed_to };
+    let context = PairContext { tool_names: &tool_names, hold, renamed_to: &renamed_to };
     let normals = |pair: &Pair<'_>| match *pair {
         (Some(before), Some(after)) => Some(Normals::Changed(old.normal(before), new.normal(after))),
         (None, Some(after)) => Some(Normals::Added(new.normal(after))),
@@ -507,6 +538,8 @@ const TOOL_FIELDS: &[&str] =
 struct ToolDiffer<'a> {
     tool: &'a str,
     tool_names: &'a ToolNames<'a>,
+    /// The least flag severity that makes a change at least WARNING.
+    hold: Severity,
     listing: &'a mut Listing,
     /// The tool's own description changed (diffed before anything else of the tool).
     description_rewritten: bool,
@@ -546,6 +579,7 @@ impl ToolDiffer<'_> {
         if self.description_rewritten {
             self.flag_exfiltration_parameter(change_type, direction, path, &after, &mut security_flags);
         }
+        let classification = held_classification(classification, &security_flags, self.hold);
         let listing = &mut *self.listing;
         let kind = kind_of(classification, &security_flags);
         let size = self.tool.len() + 2 * path.text_len() + 2 * (text_len(&before) + text_len(&after));

@@ -27,8 +27,8 @@ pub use canonical::{canonical_json, definition_hash, schema_hash, tools_hash};
 pub use classify::classify;
 pub use declared::{changed_declarations, declared_outputs, DeclaredOutput};
 pub use diff::{
-    diff_indexed, diff_tools, diff_tools_listed, review_tool, ListedChanges, LISTED_BYTES_PER_KIND,
-    LISTED_CHANGES_PER_KIND,
+    diff_indexed, diff_indexed_holding, diff_tools, diff_tools_listed, held_classification, review_tool,
+    ListedChanges, LISTED_BYTES_PER_KIND, LISTED_CHANGES_PER_KIND,
 };
 pub use digest::{definition_digest, definition_text, entry_digest, DefinitionDigest, Written};
 pub use explain::consequence;
@@ -115,7 +115,27 @@ pub fn short_hash(hash: &str) -> String {
     hash.chars().take(8).collect()
 }
 
-pub use driftline_schemas::BaselinePolicy;
+pub use driftline_schemas::{BaselinePolicy, SecurityHold};
+
+/// What a project does with a new list: its baseline policy, and the least security-flag severity that
+/// holds a change for a person (such a change is at least WARNING, so `compatible` never accepts it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Acceptance {
+    pub policy: BaselinePolicy,
+    pub hold: SecurityHold,
+}
+
+impl From<BaselinePolicy> for Acceptance {
+    fn from(policy: BaselinePolicy) -> Self {
+        Acceptance { policy, hold: SecurityHold::default() }
+    }
+}
+
+impl From<&driftline_schemas::DetectorThresholds> for Acceptance {
+    fn from(thresholds: &driftline_schemas::DetectorThresholds) -> Self {
+        Acceptance { policy: thresholds.baseline, hold: thresholds.security_hold }
+    }
+}
 
 /// A tool list with its full hash.
 /// What one snapshot did, with its hash (full hex) and the number of tools in it.
@@ -217,6 +237,10 @@ pub struct ServerState {
     /// stored by a driftline that did not publish them does so once, at the server's next record).
     #[serde(default)]
     pub declarations_published: bool,
+    /// Why an open event waits for a person because of what the security review found (its worst flag),
+    /// until the events are closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 /// Bumped whenever normalisation changes what a hash covers (3: the hash of a list is a hash of its tools'
@@ -293,7 +317,7 @@ impl ServerState {
         &mut self,
         snapshot: &ToolListSnapshot,
         context: RecordContext<'_>,
-        policy: BaselinePolicy,
+        policy: impl Into<Acceptance>,
     ) -> Vec<ToolListOutput> {
         self.observe_list(snapshot, context, policy).outputs
     }
@@ -303,7 +327,7 @@ impl ServerState {
         &mut self,
         snapshot: &ToolListSnapshot,
         context: RecordContext<'_>,
-        policy: BaselinePolicy,
+        policy: impl Into<Acceptance>,
     ) -> Observed {
         self.observe_tools(Arc::new(ToolsText::from_values(&snapshot.tools)), context, policy)
     }
@@ -314,8 +338,9 @@ impl ServerState {
         &mut self,
         tools: Arc<ToolsText>,
         context: RecordContext<'_>,
-        policy: BaselinePolicy,
+        policy: impl Into<Acceptance>,
     ) -> Observed {
+        let policy = policy.into();
         self.rehash_if_stale();
         // The common case: a probe finds the list it found before, as sent. The index is a function of
         // the list, so an equal list has the hash already known and nothing to diff.
@@ -332,7 +357,7 @@ impl ServerState {
         &mut self,
         tools: Arc<ToolsText>,
         context: RecordContext<'_>,
-        policy: BaselinePolicy,
+        policy: Acceptance,
     ) -> Observed {
         self.rehash_if_stale();
         for list in [&mut self.baseline, &mut self.observed].into_iter().flatten() {
@@ -373,7 +398,7 @@ impl ServerState {
         &mut self,
         mut current: HashedTools,
         context: RecordContext<'_>,
-        policy: BaselinePolicy,
+        acceptance: Acceptance,
     ) -> Vec<ToolListOutput> {
         self.down = None;
         let Some(baseline) = &mut self.baseline else {
@@ -396,9 +421,10 @@ impl ServerState {
             *seen = current;
             return Vec::new(); // the same drift again: one event is enough
         }
-        let event = drift_event(baseline, &mut current, context);
+        let event = drift_event(baseline, &mut current, context, acceptance.hold);
         self.observed = Some(current);
         self.last_check_drifted = true;
+        let policy = acceptance.policy;
         let accept_now = match policy {
             BaselinePolicy::Manual => false,
             BaselinePolicy::Auto => true,
@@ -409,6 +435,9 @@ impl ServerState {
         let mut event = event;
         self.open_events.push(event.id.clone());
         if !accept_now {
+            if let Some(reason) = hold_reason(&event, acceptance.hold) {
+                self.held = Some(reason);
+            }
             return vec![ToolListOutput::DriftEvent(event)];
         }
         let mut outputs = self.accept(AUTO_ACCEPTOR, context);
@@ -477,6 +506,7 @@ impl ServerState {
         by: Option<&str>,
         at: Timestamp,
     ) -> Vec<ToolListOutput> {
+        self.held = None;
         self.open_events
             .drain(..)
             .map(|event_id| ToolListOutput::EventClosed { event_id, status, by: by.map(String::from), at })
@@ -506,15 +536,48 @@ fn first_sight_review(list: &mut HashedTools) -> Vec<(String, SecurityFlag)> {
         .collect()
 }
 
+/// Why an event is held for a person by the security review: its worst flag at or above `hold`, where it
+/// stands, in the words health and the dashboard show. `None` when no flag reaches the hold.
+pub fn hold_reason(event: &SchemaDriftEvent, hold: SecurityHold) -> Option<String> {
+    let held = event.changes.iter().flat_map(|change| {
+        change
+            .security_flags
+            .iter()
+            .filter(|flag| flag.severity >= hold.severity())
+            .map(move |flag| (change, flag))
+    });
+    let flagged = held.clone().count();
+    // The first of the worst: the review's order is the list's.
+    let (change, flag) =
+        held.reduce(|worst, next| if next.1.severity > worst.1.severity { next } else { worst })?;
+    let place = match &change.param_name {
+        Some(_) => format!("{} of tool {}", change.path, change.tool_name),
+        None => format!("tool {}", change.tool_name),
+    };
+    let more = match flagged {
+        1 => String::new(),
+        n => format!(" (+{} more)", n - 1),
+    };
+    Some(format!(
+        "held for security review: {} {} flag in {} ({}): {}{more}",
+        flag.severity.as_str(),
+        flag.rule,
+        place,
+        change.change_type,
+        flag.excerpt
+    ))
+}
+
 fn drift_event(
     baseline: &mut HashedTools,
     current: &mut HashedTools,
     context: RecordContext<'_>,
+    hold: SecurityHold,
 ) -> SchemaDriftEvent {
     baseline.index();
     current.index();
     let ListedChanges { changes, omitted } = match (baseline.list(), current.list()) {
-        (Some(before), Some(after)) => diff_indexed(before, after),
+        (Some(before), Some(after)) => diff::diff_indexed_holding(before, after, hold),
         _ => ListedChanges::default(),
     };
     SchemaDriftEvent {
