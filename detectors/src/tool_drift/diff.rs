@@ -1320,18 +1320,25 @@ impl ToolDiffer<'_> {
     }
 }
 
-/// Pairs the branches only one side has by what tells them apart — types and property names first, then
-/// types alone — where exactly one branch on each side has that signature; returns the pairs and the
-/// branches left on each side. Linear in the number of branches, however many a schema lists.
+/// Pairs the branches only one side has by what tells them apart — the union's discriminator first (a
+/// property every such branch fixes to one value), then types and property names, then types alone —
+/// where exactly one branch on each side has that signature; returns the pairs and the branches left on
+/// each side. Linear in the number of branches, however many a schema lists.
 #[allow(clippy::type_complexity)]
 fn pair_branches<'a>(
     mut gone: Vec<&'a Value>,
     mut came: Vec<&'a Value>,
 ) -> (Vec<(&'a Value, &'a Value)>, Vec<&'a Value>, Vec<&'a Value>) {
     let mut pairs = Vec::new();
-    for by_properties in [true, false] {
+    let discriminator = discriminator(&gone, &came);
+    let passes: [&dyn Fn(&Value) -> Option<String>; 3] = [
+        &|branch| discriminator.as_deref().and_then(|key| discriminated(branch, key)),
+        &|branch| branch_signature(branch, true),
+        &|branch| branch_signature(branch, false),
+    ];
+    for signature_of in passes {
         let signed = |list: &[&Value]| -> Vec<Option<String>> {
-            list.iter().map(|branch| branch_signature(branch, by_properties)).collect()
+            list.iter().map(|branch| signature_of(branch)).collect()
         };
         let count = |signatures: &[Option<String>]| {
             let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
@@ -1364,6 +1371,46 @@ fn pair_branches<'a>(
         came = came.into_iter().zip(paired).filter(|(_, paired)| !paired).map(|(branch, _)| branch).collect();
     }
     (pairs, gone, came)
+}
+
+/// The property every branch of both sides fixes to a single value (`const`, a one-value `enum` in the
+/// normal form): what a discriminated union's branches are told apart by. The first by name, if several.
+fn discriminator(gone: &[&Value], came: &[&Value]) -> Option<String> {
+    let fixed = |branch: &Value| -> BTreeSet<String> {
+        let properties = branch.get("properties").and_then(Value::as_object);
+        properties
+            .into_iter()
+            .flatten()
+            .filter(|(_, schema)| single_value(schema).is_some())
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    if gone.is_empty() || came.is_empty() {
+        return None;
+    }
+    let mut branches = gone.iter().chain(came);
+    let mut common = fixed(branches.next()?);
+    for branch in branches {
+        let own = fixed(branch);
+        common.retain(|name| own.contains(name));
+        if common.is_empty() {
+            return None;
+        }
+    }
+    common.into_iter().next()
+}
+
+/// The one value a schema admits (`const`, or an `enum` of one), as canonical JSON.
+fn single_value(schema: &Value) -> Option<String> {
+    match (schema.get("const"), schema.get("enum").and_then(Value::as_array).map(Vec::as_slice)) {
+        (Some(value), _) | (None, Some([value])) => Some(canonical_json(value)),
+        _ => None,
+    }
+}
+
+/// A branch's discriminator value.
+fn discriminated(branch: &Value, key: &str) -> Option<String> {
+    single_value(branch.get("properties")?.get(key)?)
 }
 
 /// What tells a union's branch apart from its siblings: its types (a union inside counts as one kind),

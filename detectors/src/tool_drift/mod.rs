@@ -244,8 +244,8 @@ pub struct ServerState {
 }
 
 /// Bumped whenever normalisation changes what a hash covers (3: the hash of a list is a hash of its tools'
-/// definition hashes).
-pub const NORMAL_FORM_VERSION: u32 = 3;
+/// definition hashes; 4: an anyOf branch another branch accepts wholly is dropped).
+pub const NORMAL_FORM_VERSION: u32 = 4;
 
 /// What the detector tells the rest of the system.
 #[derive(Debug, Clone, PartialEq)]

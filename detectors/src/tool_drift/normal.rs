@@ -441,6 +441,13 @@ pub const EQUIVALENCES: &[Equivalence] = &[
         rewrite: flatten_nested_any_of,
     },
     Equivalence {
+        name: "an anyOf branch another branch accepts wholly adds nothing",
+        example: r#"{"anyOf": [{"type": "string", "minLength": 3}, {"type": ["null", "string"]}, {"type": "object", "required": ["a"]}, {"type": "string", "minLength": 3}]}"#,
+        same_as: r#"{"anyOf": [{"type": ["null", "string"]}, {"type": "object", "required": ["a"]}]}"#,
+        reads: keyword::ANY_OF,
+        rewrite: drop_redundant_branches,
+    },
+    Equivalence {
         name: "a union of value lists is one value list",
         example: r#"{"anyOf": [{"type": "string", "const": "off"}, {"type": "string", "enum": ["strict"]}], "default": "off"}"#,
         same_as: r#"{"type": "string", "enum": ["off", "strict"], "default": "off"}"#,
@@ -534,6 +541,142 @@ fn flatten_nested_any_of(schema: &mut Map<String, Value>) {
         }
     }
     schema.insert("anyOf".into(), Value::Array(flat));
+}
+
+/// Branches of one `anyOf` the pairwise check compares at most: a union of more is left as written (the
+/// check is quadratic in the branches, and real unions have a handful).
+const REDUNDANCY_BRANCHES: usize = 32;
+
+/// An `anyOf` accepts what any branch accepts, so a branch whose values another branch accepts too adds
+/// nothing (of equal branches the first stays); a union left with one branch is that branch. Not for
+/// `oneOf`, where a value two branches accept is refused. Only what [`accepts_all_of`] can decide counts.
+fn drop_redundant_branches(schema: &mut Map<String, Value>) {
+    let Some(Value::Array(branches)) = schema.get("anyOf") else { return };
+    if branches.len() < 2 || branches.len() > REDUNDANCY_BRANCHES {
+        return;
+    }
+    let redundant: Vec<bool> = (0..branches.len())
+        .map(|j| {
+            (0..branches.len()).any(|i| {
+                i != j
+                    && accepts_all_of(&branches[i], &branches[j])
+                    // Of two that accept each other, the earlier one stays.
+                    && (i < j || !accepts_all_of(&branches[j], &branches[i]))
+            })
+        })
+        .collect();
+    if !redundant.contains(&true) {
+        return;
+    }
+    let kept: Vec<Value> = branches
+        .iter()
+        .zip(&redundant)
+        .filter(|(_, gone)| !**gone)
+        .map(|(branch, _)| branch.clone())
+        .collect();
+    schema.insert("anyOf".into(), Value::Array(kept));
+    merge_single_branch(schema);
+}
+
+/// Keywords that tell a reader about a schema without constraining its values.
+const ANNOTATIONS: &[&str] =
+    &["description", "title", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment"];
+
+/// Keywords whose meaning depends on siblings: `additionalProperties` on `properties`, `items` on
+/// `prefixItems`, `then` on `if`, … A schema holding one accepts a superset of another only when those
+/// siblings are the same on both.
+const DEPENDENT: &[&str] = &[
+    "additionalProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "additionalItems",
+    "items",
+    "then",
+    "else",
+    "minContains",
+    "maxContains",
+];
+const DEPENDED_ON: &[&str] = &[
+    "properties",
+    "patternProperties",
+    "prefixItems",
+    "items",
+    "if",
+    "contains",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "$ref",
+    "dependentSchemas",
+];
+
+/// Keywords that declare a value's structure: a branch is only dropped for one that declares the same.
+const STRUCTURE: &[&str] = &[
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "items",
+    "prefixItems",
+    "$defs",
+    "definitions",
+];
+
+/// Whether normalised schema `wide` accepts every value `narrow` accepts, as far as keywords tell without
+/// evaluating them: every constraint of `wide` stands in `narrow` with the same value (more constraints
+/// only narrow, keywords being a conjunction), its `type` at least as wide, with the siblings a dependent
+/// keyword reads alike on both; `true` and `{}` accept everything. `narrow`'s texts must be `wide`'s (a
+/// branch is never dropped with a description of its own: that would hide text from the review).
+pub(crate) fn accepts_all_of(wide: &Value, narrow: &Value) -> bool {
+    let (wide, narrow) = match (wide, narrow) {
+        (Value::Bool(true), Value::Object(narrow)) => {
+            return narrow.keys().all(|k| !ANNOTATIONS.contains(&k.as_str()))
+        }
+        (_, Value::Bool(_)) | (Value::Bool(_), _) => return wide == narrow,
+        (Value::Object(wide), Value::Object(narrow)) => (wide, narrow),
+        _ => return false,
+    };
+    let texts_kept =
+        narrow.iter().filter(|(k, _)| ANNOTATIONS.contains(&k.as_str())).all(|(k, v)| wide.get(k) == Some(v));
+    if !texts_kept {
+        return false;
+    }
+    // A branch that declares structure the wider one does not (properties, items) is kept: the diff pairs
+    // it with its counterpart across releases, and its parameters stay visible.
+    if STRUCTURE.iter().any(|k| wide.get(*k) != narrow.get(*k)) {
+        return false;
+    }
+    let depends = wide.keys().any(|k| DEPENDENT.contains(&k.as_str()));
+    if depends && DEPENDED_ON.iter().any(|k| wide.get(*k) != narrow.get(*k)) {
+        return false;
+    }
+    wide.iter().filter(|(k, _)| !ANNOTATIONS.contains(&k.as_str())).all(|(key, value)| match key.as_str() {
+        "type" => narrow.get("type").is_some_and(|types| types == value || type_within(types, value)),
+        // Fewer values, more required keys: narrower.
+        "enum" => narrow
+            .get("enum")
+            .and_then(Value::as_array)
+            .zip(value.as_array())
+            .is_some_and(|(few, many)| few.iter().all(|v| many.contains(v))),
+        "required" => narrow
+            .get("required")
+            .and_then(Value::as_array)
+            .zip(value.as_array())
+            .is_some_and(|(more, fewer)| fewer.iter().all(|k| more.contains(k))),
+        _ => narrow.get(key) == Some(value),
+    })
+}
+
+/// Whether every type of `narrow` is one of `wide`'s (an `integer` is a `number`).
+fn type_within(narrow: &Value, wide: &Value) -> bool {
+    let names = |types: &Value| -> Option<Vec<String>> {
+        match types {
+            Value::String(t) => Some(vec![t.clone()]),
+            Value::Array(items) => items.iter().map(|t| t.as_str().map(str::to_owned)).collect(),
+            _ => None,
+        }
+    };
+    let (Some(narrow), Some(wide)) = (names(narrow), names(wide)) else { return false };
+    narrow.iter().all(|t| wide.contains(t) || (t == "integer" && wide.iter().any(|w| w == "number")))
 }
 
 /// `anyOf`/`oneOf` whose branches only list values (`enum`, after `const` became a one-value enum, with an

@@ -561,6 +561,89 @@ fn a_union_of_many_branches_is_paired_branch_by_branch() {
     );
 }
 
+/// Branches of a discriminated union (each fixes `kind` to one value) are paired by their discriminator
+/// before anything else, so a branch that gains an optional field is that branch's change.
+#[test]
+fn discriminated_union_branches_pair_by_their_discriminator() {
+    let branch = |kind: &str, props: Value| {
+        let mut properties = props.as_object().cloned().unwrap_or_default();
+        properties.insert("kind".into(), json!({"const": kind}));
+        json!({"type": "object", "properties": properties, "required": ["kind"]})
+    };
+    let union = |circle: Value, square: Value| {
+        obj(json!({"shape": {"oneOf": [branch("circle", circle), branch("square", square)]}}), &["shape"])
+    };
+    let r = json!({"r": {"type": "number"}});
+    let side = json!({"side": {"type": "number"}});
+    check_input(
+        union(r.clone(), side.clone()),
+        union(json!({"r": {"type": "number"}, "unit": {"type": "string"}}), side.clone()),
+        &["COMPATIBLE optional_param_added t shape.unit null -> {\"required\":false,\"type\":\"string\"}"],
+    );
+    // A field of one branch changed type: that branch's change, told by its discriminator.
+    check_input(
+        union(r.clone(), side.clone()),
+        union(r.clone(), json!({"side": {"type": "string"}})),
+        &["BREAKING param_type_changed t shape.side \"number\" -> \"string\""],
+    );
+    // One written with `enum: [v]`, the other with `const: v`: the same discriminator.
+    let enum_branch = json!({"type": "object", "required": ["kind"],
+        "properties": {"kind": {"enum": ["circle"]}, "r": {"type": "number"}, "unit": {"type": "string"}}});
+    check_input(
+        union(r.clone(), side.clone()),
+        obj(json!({"shape": {"oneOf": [enum_branch, branch("square", side.clone())]}}), &["shape"]),
+        &["COMPATIBLE optional_param_added t shape.unit null -> {\"required\":false,\"type\":\"string\"}"],
+    );
+    // A branch removed by its discriminator is one branch gone.
+    check_input(
+        union(r.clone(), side.clone()),
+        obj(json!({"shape": {"oneOf": [branch("circle", r.clone())]}}), &["shape"]),
+        &["BREAKING constraint_tightened t shape {\"oneOf\":[{\"properties\":{\"kind\":{\"enum\":[\"square\"],\"type\":\"string\"},\"side\":{\"type\":\"number\"}},\"required\":[\"kind\"],\"type\":\"object\"}]} -> null"],
+    );
+}
+
+/// A union is the values its branches accept: an `anyOf` branch another branch accepts wholly adds
+/// nothing, and a union left with one branch is that branch.
+#[test]
+fn unions_compare_by_the_values_they_accept() {
+    let p = |schema: Value| obj(json!({ "p": schema }), &[]);
+    let object = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+    let object_a = json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
+    check_input(p(object.clone()), p(json!({"anyOf": [object.clone(), object_a.clone()]})), &[]);
+    check_input(p(json!({"anyOf": [object_a.clone(), object.clone()]})), p(object.clone()), &[]);
+    check_input(
+        p(json!({"type": "string"})),
+        p(json!({"anyOf": [{"type": "string", "minLength": 1}, {"type": ["null", "string"]}]})),
+        &["COMPATIBLE param_type_widened t p \"string\" -> [\"null\",\"string\"]"],
+    );
+    check_input(
+        p(json!({"type": "integer"})),
+        p(json!({"anyOf": [{"type": "integer"}, {"type": "number", "minimum": 0}, {}]})),
+        &["COMPATIBLE param_type_widened t p \"integer\" -> null"],
+    );
+    // Not for oneOf: a value two branches accept is refused there.
+    let one_of = p(json!({"oneOf": [object.clone(), object_a.clone()]}));
+    assert_ne!(
+        schema_hash(&tools(json!([{"name": "t", "inputSchema": one_of}]))),
+        schema_hash(&tools(json!([{"name": "t", "inputSchema": p(object.clone())}])))
+    );
+    // A branch with a text of its own stays: dropping it would hide the text from the review.
+    let described = json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "description": "x"});
+    let kept = p(json!({"anyOf": [object.clone(), described]}));
+    assert_ne!(
+        schema_hash(&tools(json!([{"name": "t", "inputSchema": kept}]))),
+        schema_hash(&tools(json!([{"name": "t", "inputSchema": p(object)}])))
+    );
+    // `additionalProperties: false` reads `properties`: a branch with other properties is not narrower.
+    let closed = json!({"type": "object", "additionalProperties": false});
+    let with_y = json!({"type": "object", "additionalProperties": false, "properties": {"y": {}}});
+    let union = p(json!({"anyOf": [closed.clone(), with_y]}));
+    assert_ne!(
+        schema_hash(&tools(json!([{"name": "t", "inputSchema": union}]))),
+        schema_hash(&tools(json!([{"name": "t", "inputSchema": p(closed)}])))
+    );
+}
+
 #[test]
 fn keywords_that_only_restrict() {
     let base = |extra: Value| {
@@ -1304,6 +1387,34 @@ proptest! {
             }
             prop_assert_eq!(&fast, &reference);
         }
+    }
+
+    /// A schema compared with itself rewritten through equivalent union forms — in a one-branch union,
+    /// beside a narrower copy of itself, beside itself — has the same hash and no change.
+    #[test]
+    fn a_schema_rewritten_as_an_equivalent_union_is_no_change(
+        schema in arb_simple_schema(),
+        form in 0u8..4,
+        extra in pick(vec![json!({"minLength": 3}), json!({"required": ["zz"]}), json!({"maxItems": 2})]),
+    ) {
+        let Some(object) = schema.as_object().filter(|o| !o.is_empty()) else { return Ok(()) };
+        // Texts inside stay with the schema (a branch with a text of its own is never dropped).
+        let mut narrower = object.clone();
+        let Some((key, value)) = extra.as_object().and_then(|e| e.iter().next()) else { return Ok(()) };
+        if narrower.contains_key(key) || ["description", "title", "$ref", "$defs", "anyOf", "oneOf", "allOf"].iter().any(|k| object.contains_key(*k)) {
+            return Ok(());
+        }
+        narrower.insert(key.clone(), value.clone());
+        let rewritten = match form {
+            0 => json!({"anyOf": [schema]}),
+            1 => json!({"anyOf": [schema, Value::Object(narrower)]}),
+            2 => json!({"anyOf": [Value::Object(narrower), schema]}),
+            _ => json!({"anyOf": [schema, schema]}),
+        };
+        let old = tools(json!([{"name": "t", "inputSchema": {"type": "object", "properties": {"p": schema}}}]));
+        let new = tools(json!([{"name": "t", "inputSchema": {"type": "object", "properties": {"p": rewritten}}}]));
+        prop_assert_eq!(render(&diff_tools(&old, &new)), Vec::<String>::new());
+        prop_assert_eq!(schema_hash(&old), schema_hash(&new));
     }
 
     #[test]
