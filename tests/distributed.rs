@@ -136,6 +136,13 @@ fn returns_that_break_the_declared_output_schema_are_signalled_once_on_split_sta
 }
 
 #[test]
+fn instructions_prompts_and_resources_drift_on_split_stages() {
+    let dir = temp_dir("split-surfaces");
+    let split = Split::start("split-surfaces", &dir);
+    support::check_surfaces_drift(&split.endpoints());
+}
+
+#[test]
 fn the_demo_scenario_on_split_stages_over_kafka_and_clickhouse() {
     let dir = temp_dir("split-demo");
     let split = Split::start("split-demo", &dir);

@@ -453,4 +453,51 @@ fn the_npm_reference_server_is_probed_over_stdio() {
     let names: Vec<&str> =
         tools.as_array().into_iter().flatten().filter_map(|t| t["tool_name"].as_str()).collect();
     assert!(names.contains(&"echo") && names.contains(&"get-sum"), "{names:?}");
+    // What it declares besides its tools, captured over stdio: its prompts, resources and templates
+    // (and instructions, where it gives them), in the object form `driftline diff` reads.
+    let (code, out, stderr) = run_cli(&["capture", "--", "node", &bin.display().to_string()]);
+    assert_eq!(code, 0, "{stderr}");
+    let captured: Value = serde_json::from_str(&out).expect("capture prints JSON");
+    let count = |key: &str| captured[key].as_array().map_or(0, Vec::len);
+    assert!(count("tools") >= 10, "{captured}");
+    assert!(count("prompts") >= 1 && count("resources") >= 1, "prompts and resources captured: {out}");
+    let prompt_names: Vec<&str> =
+        captured["prompts"].as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+    assert!(!prompt_names.is_empty(), "{prompt_names:?}");
+    // The capture diffs against itself as no change, and against its tools alone as no change either
+    // (a file of tools only says nothing of the rest).
+    let dir = temp_dir("everything-capture");
+    let (full, tools_only) = (dir.join("full.json"), dir.join("tools.json"));
+    std::fs::write(&full, &out).expect("write");
+    std::fs::write(&tools_only, captured["tools"].to_string()).expect("write");
+    for other in [&full, &tools_only] {
+        let (code, out, _) = run_cli(&[
+            "diff",
+            &full.display().to_string(),
+            &other.display().to_string(),
+            "--fail-on",
+            "compatible",
+        ]);
+        assert_eq!(code, 0, "{out}");
+    }
+    // A prompt gone: BREAKING.
+    let mut fewer = captured.clone();
+    if let Some(prompts) = fewer["prompts"].as_array_mut() {
+        prompts.remove(0);
+    }
+    let changed = dir.join("changed.json");
+    std::fs::write(&changed, fewer.to_string()).expect("write");
+    let (code, out, _) = run_cli(&[
+        "diff",
+        &full.display().to_string(),
+        &changed.display().to_string(),
+        "--fail-on",
+        "breaking",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    let report: Value = serde_json::from_str(&out).expect("a JSON report");
+    assert_eq!(report["changes"][0]["change_type"], "prompt_removed", "{report}");
+    assert_eq!(report["changes"][0]["tool_name"], prompt_names[0], "{report}");
 }

@@ -1282,3 +1282,11 @@ fn a_poisoned_addition_is_held_and_notified_with_defaults() {
         "a compatible addition pages nobody"
     );
 }
+
+/// A server's instructions, prompts and resources drift end to end on the embedded stack.
+#[test]
+fn instructions_prompts_and_resources_drift_like_tools() {
+    let dir = temp_dir("surfaces");
+    let server = Server::start(&dir, None, &[]);
+    support::check_surfaces_drift(&server.endpoints());
+}

@@ -41,6 +41,17 @@ fn tool_list(project: &str, server: &str, tools: Value) -> Message {
     }
 }
 
+/// A list of no tools with what the server declares besides them.
+fn surfaces_list(project: &str, server: &str, surfaces: Value) -> Message {
+    let snapshot = json!({"project": project, "server": server, "captured_at": at(0), "source": "probe",
+        "tools": [], "surfaces": surfaces});
+    Message {
+        topic: Topic::ToolLists,
+        key: format!("{project}/{server}"),
+        payload: snapshot.to_string().into_bytes(),
+    }
+}
+
 fn span(project: &str, tool: &str, i: usize, session: &str, value: Value) -> Message {
     span_of(project, "srv", tool, i, session, value)
 }
@@ -117,6 +128,17 @@ fn records() -> Vec<Message> {
     ));
     records.push(tool_list("alpha", "wide", wide("a")));
     records.push(tool_list("alpha", "other", json!([])));
+    // A server's other surfaces: a prompt argument newly required and a template gone (both BREAKING).
+    let surfaces = |required: bool, templates: Value| {
+        json!({"instructions": "Use search first.", "prompts": [{"name": "review", "arguments": [{"name": "code", "required": required}]}],
+            "resourceTemplates": templates})
+    };
+    records.push(surfaces_list(
+        "alpha",
+        "docs",
+        surfaces(false, json!([{"uriTemplate": "db://{t}", "name": "t"}])),
+    ));
+    records.push(surfaces_list("alpha", "docs", surfaces(true, json!([]))));
     records.push(command(
         Topic::ToolLists,
         "alpha/srv",
@@ -183,7 +205,7 @@ async fn detect(store: Arc<dyn Store>, dir: &std::path::Path) {
 async fn views(store: &dyn QueryStore, project: &str) -> Value {
     let now = at(3_600_000);
     let mut servers = json!({});
-    for server in ["srv", "other"] {
+    for server in ["srv", "other", "docs"] {
         servers[server] = json!({
             "drift_history": store.drift_history(project, server, 10, usize::MAX).await.expect("history"),
             "tool_schemas": store.tool_schemas(project, server).await.expect("schemas"),

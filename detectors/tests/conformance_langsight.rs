@@ -101,6 +101,7 @@ fn snapshot(tools: Vec<Value>) -> ToolListSnapshot {
         source: SnapshotSource::Probe,
         latency_ms: None,
         tools,
+        surfaces: None,
     }
 }
 

@@ -17,7 +17,8 @@ use driftline_detectors::shape::record_from_span;
 use driftline_http::{server_name, ApiError, Auth, Scope};
 use driftline_schemas::api::{ErrorBody, ErrorDetail};
 use driftline_schemas::{
-    ProjectName, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot, ToolListTooLarge,
+    ProjectName, ServerSurfaces, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot,
+    ToolListTooLarge,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -199,6 +200,36 @@ struct WrappedToolList {
     result_type: Option<String>,
     #[serde(default, rename = "_meta")]
     _meta: Option<serde_json::Map<String, Value>>,
+    /// What the server shows the model besides its tools, as MCP names them.
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    prompts: Option<Vec<Value>>,
+    #[serde(default)]
+    resources: Option<Vec<Value>>,
+    #[serde(default, rename = "resourceTemplates")]
+    resource_templates: Option<Vec<Value>>,
+}
+
+impl WrappedToolList {
+    /// The surfaces the body captured, if any.
+    fn surfaces(&mut self) -> Option<ServerSurfaces> {
+        let surfaces = ServerSurfaces {
+            instructions: self.instructions.take(),
+            prompts: self.prompts.take(),
+            resources: self.resources.take(),
+            resource_templates: self.resource_templates.take(),
+        };
+        (!surfaces.is_uncaptured()).then_some(surfaces)
+    }
+}
+
+/// What a PUT body holds.
+struct ToolListBody {
+    tools: Vec<Value>,
+    captured_at: Timestamp,
+    source: SnapshotSource,
+    surfaces: Option<ServerSurfaces>,
 }
 
 /// A JSON-RPC `tools/list` result, read as a client reads it: its tools, and whether it is whole.
@@ -231,26 +262,35 @@ fn whole_list(next_cursor: Option<&str>, result_type: Option<&str>) -> Result<()
 
 const TOOL_LIST_FORMS: &str = r#"the tools array, {"tools": [...], "captured_at": "<RFC 3339>"}, or a tools/list response {"result": {"tools": [...]}}"#;
 
-fn read_tool_list(bytes: &[u8], now: Timestamp) -> Result<(Vec<Value>, Timestamp, SnapshotSource), ApiError> {
+fn read_tool_list(bytes: &[u8], now: Timestamp) -> Result<ToolListBody, ApiError> {
     let body: Value = parse_body(bytes, TOOL_LIST_FORMS)?;
     let unexpected =
         |err: serde_json::Error| ApiError::bad_request(format!("expected {TOOL_LIST_FORMS}: {err}"));
     match body {
-        Value::Array(tools) => Ok((tools, now, SnapshotSource::Api)),
+        Value::Array(tools) => {
+            Ok(ToolListBody { tools, captured_at: now, source: SnapshotSource::Api, surfaces: None })
+        }
         Value::Object(mut object) if object.contains_key("result") => {
             let result = object.remove("result").unwrap_or_default();
             let result: ToolsResult = serde_json::from_value(result).map_err(unexpected)?;
             whole_list(result.next_cursor.as_deref(), result.result_type.as_deref())?;
-            Ok((result.tools, now, SnapshotSource::Api))
+            Ok(ToolListBody {
+                tools: result.tools,
+                captured_at: now,
+                source: SnapshotSource::Api,
+                surfaces: None,
+            })
         }
         object @ Value::Object(_) => {
-            let wrapped: WrappedToolList = serde_json::from_value(object).map_err(unexpected)?;
+            let mut wrapped: WrappedToolList = serde_json::from_value(object).map_err(unexpected)?;
             whole_list(wrapped.next_cursor.as_deref(), wrapped.result_type.as_deref())?;
-            Ok((
-                wrapped.tools,
-                wrapped.captured_at.unwrap_or(now),
-                wrapped.source.unwrap_or(SnapshotSource::Api),
-            ))
+            let surfaces = wrapped.surfaces();
+            Ok(ToolListBody {
+                captured_at: wrapped.captured_at.unwrap_or(now),
+                source: wrapped.source.unwrap_or(SnapshotSource::Api),
+                tools: wrapped.tools,
+                surfaces,
+            })
         }
         _ => Err(ApiError::bad_request(format!("expected {TOOL_LIST_FORMS}"))),
     }
@@ -269,10 +309,17 @@ async fn tool_list(
     let who = state.auth.authorize(&headers, Scope::Ingest)?;
     let name = server_name(&name)?;
     let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
-    let (tools, captured_at, source) = read_tool_list(&bytes, (state.clock)())?;
-    match driftline_detectors::tool_drift::check_tool_list(&state.limits.tool_lists, &tools) {
+    let ToolListBody { tools, captured_at, source, surfaces } = read_tool_list(&bytes, (state.clock)())?;
+    let limits = &state.limits.tool_lists;
+    let checked = driftline_detectors::tool_drift::check_tool_list(limits, &tools)
+        .and_then(|()| surfaces.as_ref().map_or(Ok(()), |surfaces| limits.check_surfaces(surfaces)));
+    match checked {
         Ok(()) => {}
-        Err(err @ (ToolListTooLarge::Tools(..) | ToolListTooLarge::RefExpansion(..))) => {
+        Err(
+            err @ (ToolListTooLarge::Tools(..)
+            | ToolListTooLarge::RefExpansion(..)
+            | ToolListTooLarge::SurfaceEntries(..)),
+        ) => {
             metrics::TOOL_LISTS.with_label_values(&["rejected"]).inc();
             tracing::info!(project = %who.project, server = %name, reason = %err, "tool list refused");
             return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, err.to_string()));
@@ -313,6 +360,7 @@ async fn tool_list(
         source,
         latency_ms: None,
         tools,
+        surfaces,
     };
     let payload = serde_json::to_vec(&snapshot).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let count = snapshot.tools.len();
@@ -498,7 +546,7 @@ mod tests {
     fn check(body: serde_json::Value, expected: Result<usize, &str>) {
         let now = Timestamp::parse("2026-12-07T00:00:00Z").expect("a time");
         let got = read_tool_list(body.to_string().as_bytes(), now)
-            .map(|(tools, _, _)| tools.len())
+            .map(|body| body.tools.len())
             .map_err(|err| err.body.error);
         match (&got, expected) {
             (Ok(n), Ok(want)) => assert_eq!(*n, want, "{body}"),
@@ -525,5 +573,18 @@ mod tests {
         check(serde_json::json!({"tools": [], "resultType": "input_required"}), Err("is no tool list"));
         check(serde_json::json!({"tools": [tool], "ttlMs": "soon"}), Err("expected the tools array"));
         check(serde_json::json!({"tools": [tool], "tool": []}), Err("unknown field `tool`"));
+    }
+
+    #[test]
+    fn a_body_may_carry_the_servers_other_surfaces() {
+        let now = Timestamp::parse("2026-12-07T00:00:00Z").expect("a time");
+        let body = serde_json::json!({"tools": [], "instructions": "Use search first.",
+            "prompts": [{"name": "review"}], "resourceTemplates": [{"uriTemplate": "db://{t}"}]});
+        let read = read_tool_list(body.to_string().as_bytes(), now).expect("a body");
+        let surfaces = read.surfaces.expect("surfaces");
+        assert_eq!(surfaces.instructions.as_deref(), Some("Use search first."));
+        assert_eq!((surfaces.prompts.map(|p| p.len()), surfaces.resources), (Some(1), None));
+        let tools_only = read_tool_list(br#"{"tools": []}"#, now).expect("a body");
+        assert!(tools_only.surfaces.is_none(), "a body of tools only captures nothing else");
     }
 }

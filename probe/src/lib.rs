@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use driftline_bus::{Message, Producer, Topic};
-use driftline_schemas::{ProbeFailure, SnapshotSource, Timestamp, ToolListSnapshot};
+use driftline_schemas::{ProbeFailure, ServerSurfaces, SnapshotSource, Timestamp, ToolListSnapshot};
 use rmcp::model::{ClientConfig, PaginatedRequestParams};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -72,6 +72,28 @@ impl ClientHandler for Listener {
         let changed = self.changed.clone();
         async move {
             tracing::debug!("tools/list_changed received");
+            changed.notify_one();
+        }
+    }
+
+    fn on_prompt_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let changed = self.changed.clone();
+        async move {
+            tracing::debug!("prompts/list_changed received");
+            changed.notify_one();
+        }
+    }
+
+    fn on_resource_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let changed = self.changed.clone();
+        async move {
+            tracing::debug!("resources/list_changed received");
             changed.notify_one();
         }
     }
@@ -158,6 +180,92 @@ async fn list_all(session: &Session) -> Result<Vec<Value>, ProbeError> {
     }
 }
 
+/// Follows a list's `nextCursor` until it stops: `page` fetches one page from a cursor, answering its
+/// entries and the next cursor.
+async fn all_pages<F, Fut>(mut page: F) -> Result<Vec<Value>, ProbeError>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<(Vec<Value>, Option<String>), ProbeError>>,
+{
+    let (mut entries, mut cursor, mut seen) = (Vec::new(), None, HashSet::new());
+    loop {
+        let (found, next) = page(cursor.take()).await?;
+        entries.extend(found);
+        match next {
+            Some(next) if !next.is_empty() => {
+                if !seen.insert(next.clone()) {
+                    return Err(ProbeError::CursorLoop(next));
+                }
+                cursor = Some(next);
+            }
+            _ => return Ok(entries),
+        }
+    }
+}
+
+/// JSON values of a page's entries.
+fn values<T: serde::Serialize>(entries: Vec<T>) -> Result<Vec<Value>, ProbeError> {
+    entries
+        .into_iter()
+        .map(|entry| serde_json::to_value(entry).map_err(|err| ProbeError::List(err.to_string())))
+        .collect()
+}
+
+/// What the server shows the model besides its tools: the instructions of its initialize result, and
+/// the prompts, resources and resource templates its capabilities declare (each list empty when it
+/// declares none: the probe saw the whole server). A list the server fails to give is left uncaptured
+/// (the detector keeps the last capture's) and logged: tools that answer keep a server UP.
+async fn list_surfaces(session: &Session) -> ServerSurfaces {
+    let service = &session.service;
+    let info = service.peer_info();
+    let capabilities = info.as_ref().map(|info| info.capabilities.clone()).unwrap_or_default();
+    let failed =
+        |what: &'static str| move |err: rmcp::ServiceError| ProbeError::List(format!("{what}: {err}"));
+    let params = |cursor: Option<String>| Some(PaginatedRequestParams::default().with_cursor(cursor));
+    let captured = |what: &'static str, list: Result<Vec<Value>, ProbeError>| match list {
+        Ok(list) => Some(list),
+        Err(err) => {
+            tracing::warn!(list = what, error = %err, "server list not captured; the last capture stands");
+            None
+        }
+    };
+    let declares_prompts = capabilities.prompts.is_some();
+    let declares_resources = capabilities.resources.is_some();
+    let prompts = if declares_prompts {
+        let pages = all_pages(|cursor| async move {
+            let page = service.list_prompts(params(cursor)).await.map_err(failed("prompts/list"))?;
+            Ok((values(page.prompts)?, page.next_cursor))
+        });
+        captured("prompts", pages.await)
+    } else {
+        Some(Vec::new())
+    };
+    let (resources, resource_templates) = if declares_resources {
+        let resources = all_pages(|cursor| async move {
+            let page = service.list_resources(params(cursor)).await.map_err(failed("resources/list"))?;
+            Ok((values(page.resources)?, page.next_cursor))
+        });
+        let resources = captured("resources", resources.await);
+        let templates = all_pages(|cursor| async move {
+            let page = service
+                .list_resource_templates(params(cursor))
+                .await
+                .map_err(failed("resources/templates/list"))?;
+            Ok((values(page.resource_templates)?, page.next_cursor))
+        });
+        (resources, captured("resourceTemplates", templates.await))
+    } else {
+        (Some(Vec::new()), Some(Vec::new()))
+    };
+    ServerSurfaces {
+        // Captured: a server that gives none has none (empty), not "unknown".
+        instructions: info.map(|info| info.instructions.clone().unwrap_or_default()),
+        prompts,
+        resources,
+        resource_templates,
+    }
+}
+
 async fn within<T>(
     limit: Duration,
     work: impl Future<Output = Result<T, ProbeError>>,
@@ -182,12 +290,20 @@ async fn publish(producer: &dyn Producer, key: String, payload: Result<Vec<u8>, 
     }
 }
 
-/// Connects, reads the complete tool list once and closes the session: `driftline capture`.
-pub async fn capture(endpoint: &Endpoint, timeout: Duration) -> Result<Vec<Value>, ProbeError> {
+/// Connects, reads the complete tool list (and what the server declares besides its tools) once and
+/// closes the session: `driftline capture`.
+pub async fn capture(
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<(Vec<Value>, ServerSurfaces), ProbeError> {
     let session = within(timeout, connect("capture", endpoint, Arc::new(Notify::new()))).await?;
-    let tools = within(timeout, list_all(&session)).await;
-    session.close(tools.is_err()).await;
-    tools
+    let captured = within(timeout, async {
+        let tools = list_all(&session).await?;
+        Ok((tools, list_surfaces(&session).await))
+    })
+    .await;
+    session.close(captured.is_err()).await;
+    captured
 }
 
 /// Waits until the session ends; never, without one.
@@ -239,18 +355,22 @@ pub async fn run(
                     Some(within(settings.timeout, connect(&target.name, &endpoint, changed.clone())).await?);
                 started = Instant::now();
             }
-            let tools = match &session {
-                Some(open) => within(settings.timeout, list_all(open)).await?,
+            let (tools, surfaces) = match &session {
+                Some(open) => {
+                    within(settings.timeout, async { Ok((list_all(open).await?, list_surfaces(open).await)) })
+                        .await?
+                }
                 None => return Err(ProbeError::Connect("no session".into())),
             };
             driftline_detectors::tool_drift::check_tool_list(&settings.limits, &tools)
+                .and_then(|()| settings.limits.check_surfaces(&surfaces))
                 .map_err(|err| ProbeError::List(err.to_string()))?;
-            Ok(tools)
+            Ok((tools, surfaces))
         }
         .await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
         match result {
-            Ok(tools) => {
+            Ok((tools, surfaces)) => {
                 failures = 0;
                 metrics::PROBES.with_label_values(&["up"]).inc();
                 tracing::debug!(server = %target.name, tools = tools.len(), latency_ms, "probe succeeded");
@@ -262,6 +382,7 @@ pub async fn run(
                     source: SnapshotSource::Probe,
                     latency_ms: Some(latency_ms),
                     tools,
+                    surfaces: Some(surfaces),
                 };
                 publish(producer.as_ref(), key.clone(), serde_json::to_vec(&snapshot)).await;
             }

@@ -32,8 +32,8 @@ pub use tool_drift::{
     ServerStatus, Severity,
 };
 pub use tool_list::{
-    json_depth, McpTool, ProbeFailure, SnapshotSource, ToolListLimits, ToolListRecord, ToolListSnapshot,
-    ToolListTooLarge,
+    json_depth, McpTool, ProbeFailure, ServerSurfaces, SnapshotSource, ToolListLimits, ToolListRecord,
+    ToolListSnapshot, ToolListTooLarge,
 };
 pub use tools_text::{name_of, DeclaredTool, ToolsText};
 

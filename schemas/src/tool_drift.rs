@@ -86,6 +86,23 @@ pub enum ChangeType {
     /// A schema annotation (`examples`, `readOnly`, `writeOnly`, `deprecated` lifted): no effect on calls.
     SchemaAnnotationChanged,
     SchemaChanged,
+    /// The server's `instructions` (what the model reads about the server as a whole) changed.
+    InstructionsChanged,
+    PromptAdded,
+    PromptRemoved,
+    /// A prompt's or one of its arguments' title or description changed.
+    PromptChanged,
+    PromptArgumentAdded,
+    PromptArgumentRemoved,
+    PromptArgumentBecameRequired,
+    PromptArgumentBecameOptional,
+    ResourceAdded,
+    ResourceRemoved,
+    /// A resource's name, texts or `mimeType` changed.
+    ResourceChanged,
+    ResourceTemplateAdded,
+    ResourceTemplateRemoved,
+    ResourceTemplateChanged,
 }
 
 impl ChangeType {
@@ -123,6 +140,20 @@ impl ChangeType {
             ChangeType::ParamDeprecated => "param_deprecated",
             ChangeType::SchemaAnnotationChanged => "schema_annotation_changed",
             ChangeType::SchemaChanged => "schema_changed",
+            ChangeType::InstructionsChanged => "instructions_changed",
+            ChangeType::PromptAdded => "prompt_added",
+            ChangeType::PromptRemoved => "prompt_removed",
+            ChangeType::PromptChanged => "prompt_changed",
+            ChangeType::PromptArgumentAdded => "prompt_argument_added",
+            ChangeType::PromptArgumentRemoved => "prompt_argument_removed",
+            ChangeType::PromptArgumentBecameRequired => "prompt_argument_became_required",
+            ChangeType::PromptArgumentBecameOptional => "prompt_argument_became_optional",
+            ChangeType::ResourceAdded => "resource_added",
+            ChangeType::ResourceRemoved => "resource_removed",
+            ChangeType::ResourceChanged => "resource_changed",
+            ChangeType::ResourceTemplateAdded => "resource_template_added",
+            ChangeType::ResourceTemplateRemoved => "resource_template_removed",
+            ChangeType::ResourceTemplateChanged => "resource_template_changed",
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct ToolListSnapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<f64>,
     pub tools: Vec<Value>,
+    /// The server's instructions, prompts, resources and resource templates, where captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surfaces: Option<ServerSurfaces>,
 }
 
 /// A [`ToolListSnapshot`] as read from the bus with its tools left as text: a detector that has seen the
@@ -50,11 +53,51 @@ pub struct ToolListRecord<'a> {
     pub latency_ms: Option<f64>,
     #[serde(borrow)]
     pub tools: &'a serde_json::value::RawValue,
+    #[serde(default)]
+    pub surfaces: Option<ServerSurfaces>,
 }
 
 impl ToolListRecord<'_> {
     pub fn key(&self) -> ServerKey {
         ServerKey { project: self.project.clone(), server: self.server.clone() }
+    }
+}
+
+/// What a server shows the model besides its tools (MCP): the `instructions` its initialize result (or
+/// `server/discover`) carries, its prompts, resources and resource templates, as declared. A field left out
+/// was not captured (a producer that sends tools only): the detector keeps what the last capture had.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSurfaces {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// MCP Prompt objects (`name`, `title`, `description`, `arguments` with `required`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<Vec<Value>>,
+    /// MCP Resource objects (`uri`, `name`, `title`, `description`, `mimeType`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Vec<Value>>,
+    /// MCP ResourceTemplate objects (`uriTemplate`, `name`, `title`, `description`, `mimeType`).
+    #[serde(default, rename = "resourceTemplates", skip_serializing_if = "Option::is_none")]
+    pub resource_templates: Option<Vec<Value>>,
+}
+
+impl ServerSurfaces {
+    /// Whether nothing was captured at all.
+    pub fn is_uncaptured(&self) -> bool {
+        self.instructions.is_none()
+            && self.prompts.is_none()
+            && self.resources.is_none()
+            && self.resource_templates.is_none()
+    }
+
+    /// The lists with their names, for limits and messages.
+    pub fn lists(&self) -> [(&'static str, Option<&Vec<Value>>); 3] {
+        [
+            ("prompts", self.prompts.as_ref()),
+            ("resources", self.resources.as_ref()),
+            ("resourceTemplates", self.resource_templates.as_ref()),
+        ]
     }
 }
 
@@ -125,6 +168,10 @@ pub enum ToolListTooLarge {
         "with this list the project's servers would hold {0} bytes of tool lists in the detector; at most {1} are kept (limits.max_tool_list_bytes_per_project)"
     )]
     ProjectBytes(usize, usize),
+    #[error("{1} {0} in one list; at most {2} are accepted (limits.max_tools_per_list)")]
+    SurfaceEntries(&'static str, usize, usize),
+    #[error("{0}[{1}] is nested {2} levels deep; at most {3} are accepted (limits.max_schema_depth)")]
+    SurfaceDepth(&'static str, usize, usize, usize),
 }
 
 /// Nesting depth of a JSON value (a scalar is 0), without recursion: any input is safe.
@@ -149,6 +196,23 @@ impl ToolListLimits {
         }
         for (index, tool) in tools.iter().enumerate() {
             self.check_depth(index, tool)?;
+        }
+        Ok(())
+    }
+
+    /// A server's other surfaces within the same limits as its tools: as many entries per list, as deep.
+    pub fn check_surfaces(&self, surfaces: &ServerSurfaces) -> Result<(), ToolListTooLarge> {
+        for (name, list) in surfaces.lists() {
+            let Some(list) = list else { continue };
+            if list.len() > self.max_tools {
+                return Err(ToolListTooLarge::SurfaceEntries(name, list.len(), self.max_tools));
+            }
+            for (index, entry) in list.iter().enumerate() {
+                let depth = json_depth(entry);
+                if depth > self.max_depth {
+                    return Err(ToolListTooLarge::SurfaceDepth(name, index, depth, self.max_depth));
+                }
+            }
         }
         Ok(())
     }

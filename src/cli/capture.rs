@@ -1,5 +1,6 @@
-//! `driftline capture`: a server's complete `tools/list` as a JSON tools array, for CI pipelines that gate
-//! on `driftline diff baseline.json current.json --fail-on breaking`.
+//! `driftline capture`: a server's complete `tools/list` as a JSON tools array (with its instructions,
+//! prompts and resources beside it, in an object, when it declares any), for CI pipelines that gate on
+//! `driftline diff baseline.json current.json --fail-on breaking`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -82,17 +83,27 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
     let endpoint = target.endpoint().map_err(|reason| anyhow!("{reason}"))?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let timeout = Duration::from_secs(args.timeout);
-    let tools = runtime.block_on(driftline_probe::capture(&endpoint, timeout)).map_err(|err| match err {
-        ProbeError::Target(reason) => anyhow!("{reason}"),
-        other => {
-            Unreachable(format!("cannot capture the tool list of {}: {other}", endpoint.describe())).into()
-        }
-    })?;
+    let (tools, surfaces) =
+        runtime.block_on(driftline_probe::capture(&endpoint, timeout)).map_err(|err| match err {
+            ProbeError::Target(reason) => anyhow!("{reason}"),
+            other => Unreachable(format!("cannot capture the tool list of {}: {other}", endpoint.describe()))
+                .into(),
+        })?;
     // Give a child's exit a moment to finish before the runtime (and with it the reaper) goes away.
     runtime.shutdown_timeout(Duration::from_secs(3));
     // serde_json's maps keep keys sorted (the `preserve_order` feature is off in this workspace), so the
     // output's key order is stable whatever order the server sent; tests/probe.rs checks it.
-    let mut text = serde_json::to_string_pretty(&tools)?;
+    // A server that declares nothing besides its tools is written as its tools array, as before; one with
+    // instructions, prompts or resources as `{"tools": [...], "instructions": …, "prompts": [...], …}`
+    // (what `driftline diff` and the tool-list PUT read).
+    let output = if driftline_detectors::tool_drift::surfaces_empty(Some(&surfaces)) {
+        serde_json::to_value(&tools)?
+    } else {
+        let mut object = serde_json::to_value(&surfaces)?;
+        object["tools"] = serde_json::Value::Array(tools);
+        object
+    };
+    let mut text = serde_json::to_string_pretty(&output)?;
     text.push('\n');
     match &args.out {
         Some(path) => {

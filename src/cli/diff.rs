@@ -5,9 +5,10 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
 use driftline_detectors::tool_drift::{
-    check_tools_text, consequence, diff_indexed, max_classification, short_hash, IndexedList, ToolIndex,
+    carried, check_tools_text, consequence, diff_indexed, diff_surfaces, max_classification, server_hash,
+    short_hash, IndexedList, ToolIndex,
 };
-use driftline_schemas::{Classification, SchemaChange, Severity, ToolsText};
+use driftline_schemas::{Classification, SchemaChange, ServerSurfaces, Severity, ToolsText};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -55,16 +56,25 @@ struct DiffOutput<'a> {
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
-    let (old, new) = (load_tools(&args.old)?, load_tools(&args.new)?);
+    let ((old, old_surfaces), (new, new_surfaces)) = (load_server(&args.old)?, load_server(&args.new)?);
+    // A file of tools only says nothing of the rest: the other file's surfaces stand for it.
+    let new_surfaces = carried(new_surfaces.as_ref(), old_surfaces.as_ref());
+    let old_surfaces = carried(old_surfaces.as_ref(), new_surfaces.as_ref());
     // Each list indexed once: the hashes and the diff read the same indexes, and the new list takes the
     // digests of tools declared as in the old one.
     let old_index = ToolIndex::new(&old);
     let old_list = IndexedList { tools: &old, index: &old_index };
     let new_index = ToolIndex::reusing(&new, &[old_list]);
-    let listed = diff_indexed(old_list, IndexedList { tools: &new, index: &new_index });
+    let mut listed = diff_indexed(old_list, IndexedList { tools: &new, index: &new_index });
+    let (surface_changes, surface_omitted) =
+        diff_surfaces(old_surfaces.as_ref(), new_surfaces.as_ref(), Severity::Medium);
+    listed.changes.extend(surface_changes);
+    for (classification, count) in surface_omitted {
+        *listed.omitted.entry(classification).or_default() += count;
+    }
     let output = DiffOutput {
-        previous_hash: short_hash(&old_index.hash()),
-        current_hash: short_hash(&new_index.hash()),
+        previous_hash: short_hash(&server_hash(&old_index.hash(), old_surfaces.as_ref())),
+        current_hash: short_hash(&server_hash(&new_index.hash(), new_surfaces.as_ref())),
         max_classification: max_classification(&listed.changes),
         changes: &listed.changes,
         omitted_changes: &listed.omitted,
@@ -92,6 +102,34 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Accepts a tools array, `{"tools": [...]}`, or `{"result": {"tools": [...]}}`; the tools are kept as text.
+/// A file's tools, and what the server declares besides them where the file holds it (`driftline
+/// capture`'s object form, or a PUT body: `instructions`, `prompts`, `resources`, `resourceTemplates`).
+fn load_server(path: &Path) -> anyhow::Result<(ToolsText, Option<ServerSurfaces>)> {
+    let tools = load_tools(path)?;
+    let bytes = read_input(Some(path))?;
+    #[derive(Deserialize)]
+    struct Declared {
+        instructions: Option<String>,
+        prompts: Option<Vec<Value>>,
+        resources: Option<Vec<Value>>,
+        #[serde(rename = "resourceTemplates")]
+        resource_templates: Option<Vec<Value>>,
+    }
+    let surfaces = match bytes.first() {
+        Some(b'{') => serde_json::from_slice::<Declared>(&bytes)
+            .ok()
+            .map(|d| ServerSurfaces {
+                instructions: d.instructions,
+                prompts: d.prompts,
+                resources: d.resources,
+                resource_templates: d.resource_templates,
+            })
+            .filter(|surfaces| !surfaces.is_uncaptured()),
+        _ => None,
+    };
+    Ok((tools, surfaces))
+}
+
 fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
     #[derive(Deserialize)]
     struct Wrapped<'a> {

@@ -783,6 +783,12 @@ impl<C: Consumer> Worker<C> {
                     Ok(list) => check_key(record, &list.key().to_string())
                         .and_then(|()| self.room_for_server(&list.key()))
                         .and_then(|()| {
+                            let surfaces = list.surfaces.as_ref();
+                            let limits = self.settings.tool_lists;
+                            surfaces
+                                .map_or(Ok(()), |s| limits.check_surfaces(s).map_err(|err| err.to_string()))
+                        })
+                        .and_then(|()| {
                             let (servers, key) = (&self.servers, list.key());
                             self.list_texts.read(&list, self.settings.tool_lists, || {
                                 tool_lists::held_beside(servers, &key)
@@ -895,7 +901,7 @@ impl<C: Consumer> Worker<C> {
             at: record.appended_at,
         };
         let before = DeclaredBefore::of(state);
-        let observed = state.observe_tools(Arc::clone(&tools), context, policy);
+        let observed = state.observe_server(Arc::clone(&tools), snapshot.surfaces.as_ref(), context, policy);
         let changed = before.changes(state);
         declarations.extend(declaration_messages(&snapshot.project, &snapshot.server, changed, record));
         apply_outputs(observed.outputs, batch);

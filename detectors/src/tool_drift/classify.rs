@@ -45,6 +45,17 @@ const fn table(kind: ChangeType) -> (Classification, Classification) {
         ChangeType::MetadataChanged => (C, C),
         ChangeType::ParamDeprecated => (W, W),
         ChangeType::SchemaAnnotationChanged => (C, C),
+        // A server's other surfaces (no direction): by what a client relies on. A prompt argument added is
+        // refined by `surfaces.rs` (required: BREAKING).
+        ChangeType::InstructionsChanged | ChangeType::PromptChanged => (W, W),
+        ChangeType::ResourceChanged | ChangeType::ResourceTemplateChanged => (W, W),
+        ChangeType::PromptAdded | ChangeType::ResourceAdded | ChangeType::ResourceTemplateAdded => (C, C),
+        ChangeType::PromptRemoved | ChangeType::ResourceTemplateRemoved => (B, B),
+        // A concrete resource list is often content (files, rows) more than contract.
+        ChangeType::ResourceRemoved => (W, W),
+        ChangeType::PromptArgumentAdded | ChangeType::PromptArgumentBecameOptional => (C, C),
+        ChangeType::PromptArgumentRemoved => (W, W),
+        ChangeType::PromptArgumentBecameRequired => (B, B),
     }
 }
 

@@ -112,5 +112,36 @@ pub fn consequence(change: &SchemaChange) -> String {
         (ChangeType::SchemaChanged, _) => {
             "The schema changed in a way no specific rule names; compare the full schemas.".to_owned()
         }
+        (ChangeType::InstructionsChanged, _) => {
+            "The instructions the model reads about this server changed; review the new text.".to_owned()
+        }
+        (ChangeType::PromptAdded, _) => format!("A new prompt {tool} is offered."),
+        (ChangeType::PromptRemoved, _) => format!("Clients using the prompt {tool} will fail: it is gone."),
+        (ChangeType::PromptChanged, _) => format!("Text the model reads in the prompt {tool} changed."),
+        (ChangeType::PromptArgumentAdded, _)
+            if change.classification == driftline_schemas::Classification::Breaking =>
+        {
+            format!("Clients getting the prompt {tool} without {path} will now be refused.")
+        }
+        (ChangeType::PromptArgumentAdded, _) => format!("The prompt {tool} may now take {path}."),
+        (ChangeType::PromptArgumentRemoved, _) => format!("The prompt {tool} no longer declares {path}."),
+        (ChangeType::PromptArgumentBecameRequired, _) => {
+            format!("Clients getting the prompt {tool} without {path} will now be refused.")
+        }
+        (ChangeType::PromptArgumentBecameOptional, _) => {
+            format!("{path} of the prompt {tool} may now be left out.")
+        }
+        (ChangeType::ResourceAdded, _) => format!("A new resource {tool} is listed."),
+        (ChangeType::ResourceRemoved, _) => format!("The resource {tool} is no longer listed."),
+        (ChangeType::ResourceChanged, _) => {
+            format!("What clients read about the resource {tool} changed ({path}).")
+        }
+        (ChangeType::ResourceTemplateAdded, _) => format!("A new resource template {tool} is offered."),
+        (ChangeType::ResourceTemplateRemoved, _) => {
+            format!("Clients reading resources through {tool} will fail: the template is gone.")
+        }
+        (ChangeType::ResourceTemplateChanged, _) => {
+            format!("What clients read about the resource template {tool} changed ({path}).")
+        }
     }
 }

@@ -12,11 +12,12 @@ mod normal;
 mod parallel;
 pub(crate) mod refs;
 pub mod security;
+pub mod surfaces;
 
 pub use driftline_schemas::ToolsText;
 use driftline_schemas::{
     derive_id, Classification, EventStatus, InputPosition, OutputKind, SchemaChange, SchemaDriftEvent,
-    SecurityFlag, ServerStatus, Severity, Timestamp, ToolListSnapshot,
+    SecurityFlag, ServerStatus, ServerSurfaces, Severity, Timestamp, ToolListSnapshot,
 };
 use std::sync::Arc;
 
@@ -38,6 +39,7 @@ pub use normal::{
     EQUIVALENCES,
 };
 pub use security::ToolNames;
+pub use surfaces::{carried, diff_surfaces, server_hash, surfaces_empty};
 
 /// A tool list within `limits`: its size and nesting ([`ToolListLimits::check`]), and the nodes its
 /// references copy in when its tools are normalised (counted by expanding them, up to just past the limit).
@@ -151,6 +153,13 @@ pub struct HashedTools {
     pub hash: String,
     /// The list as text: kept for as long as the server's state, so held at its size, not as values.
     pub tools: Arc<ToolsText>,
+    /// What the server declared besides its tools with this list (instructions, prompts, resources),
+    /// carried from the capture before where this one had none; `None`: nothing. In the hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surfaces: Option<Arc<ServerSurfaces>>,
+    /// Bytes of JSON the surfaces take, counted in the project's budget with the list's text.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub surfaces_bytes: usize,
     /// The list's index, built when it is first read (not stored: a function of `tools`).
     #[serde(skip)]
     index: IndexCache,
@@ -163,7 +172,25 @@ impl HashedTools {
     }
 
     fn indexed(tools: Arc<ToolsText>, index: ToolIndex) -> Self {
-        HashedTools { hash: index.hash(), tools, index: IndexCache(Some(Arc::new(index))) }
+        let hash = index.hash();
+        HashedTools {
+            hash,
+            tools,
+            surfaces: None,
+            surfaces_bytes: 0,
+            index: IndexCache(Some(Arc::new(index))),
+        }
+    }
+
+    /// The list with the surfaces captured beside it: the hash then covers both (a server without
+    /// surfaces keeps its tools' hash).
+    fn with_surfaces(mut self, surfaces: Option<Arc<ServerSurfaces>>) -> Self {
+        if let Some(declared) = &surfaces {
+            self.hash = server_hash(&self.hash, Some(declared));
+            self.surfaces_bytes = serde_json::to_string(&**declared).map_or(0, |text| text.len());
+        }
+        self.surfaces = surfaces;
+        self
     }
 
     /// Builds the index if this list was read from the store (or changed) since it was last built.
@@ -197,6 +224,10 @@ impl HashedTools {
             None => tool_count(&self.tools),
         }
     }
+}
+
+fn is_zero(bytes: &usize) -> bool {
+    *bytes == 0
 }
 
 /// A list's index kept beside it: derived from the list, so it takes no part in equality.
@@ -299,7 +330,9 @@ impl RecordContext<'_> {
 impl ServerState {
     /// Bytes of list text the state holds: (baseline, newest snapshot).
     pub fn list_bytes(&self) -> (usize, usize) {
-        let bytes = |list: &Option<HashedTools>| list.as_ref().map_or(0, |list| list.tools.text_bytes());
+        let bytes = |list: &Option<HashedTools>| {
+            list.as_ref().map_or(0, |list| list.tools.text_bytes().saturating_add(list.surfaces_bytes))
+        };
         (bytes(&self.baseline), bytes(&self.observed))
     }
 
@@ -329,24 +362,46 @@ impl ServerState {
         context: RecordContext<'_>,
         policy: impl Into<Acceptance>,
     ) -> Observed {
-        self.observe_tools(Arc::new(ToolsText::from_values(&snapshot.tools)), context, policy)
+        let tools = Arc::new(ToolsText::from_values(&snapshot.tools));
+        self.observe_server(tools, snapshot.surfaces.as_ref(), context, policy)
     }
 
     /// Applies one snapshot's tools (taken, not copied: the state, the event and the stored snapshot share
-    /// them). The list is indexed once, and the hash, the diff and the count all read that index.
+    /// them), from a producer that captured nothing else. The list is indexed once, and the hash, the diff
+    /// and the count all read that index.
     pub fn observe_tools(
         &mut self,
         tools: Arc<ToolsText>,
         context: RecordContext<'_>,
         policy: impl Into<Acceptance>,
     ) -> Observed {
+        self.observe_server(tools, None, context, policy)
+    }
+
+    /// [`ServerState::observe_tools`] with what the snapshot captured besides the tools (what it left out
+    /// is carried from the newest capture: a producer of tools only changes no prompt).
+    pub fn observe_server(
+        &mut self,
+        tools: Arc<ToolsText>,
+        surfaces: Option<&ServerSurfaces>,
+        context: RecordContext<'_>,
+        policy: impl Into<Acceptance>,
+    ) -> Observed {
         let policy = policy.into();
         self.rehash_if_stale();
+        let latest =
+            self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.as_deref());
+        let surfaces = match (surfaces, latest) {
+            (None, Some(_)) => {
+                self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.clone())
+            }
+            _ => carried(surfaces, latest).map(Arc::new),
+        };
         // The common case: a probe finds the list it found before, as sent. The index is a function of
         // the list, so an equal list has the hash already known and nothing to diff.
-        match self.observe_known(&tools, context) {
+        match self.observe_known(&tools, &surfaces, context) {
             Some(observed) => observed,
-            None => self.observe_list_indexing(tools, context, policy),
+            None => self.observe_list_indexing(tools, surfaces, context, policy),
         }
     }
 
@@ -356,6 +411,7 @@ impl ServerState {
     fn observe_list_indexing(
         &mut self,
         tools: Arc<ToolsText>,
+        surfaces: Option<Arc<ServerSurfaces>>,
         context: RecordContext<'_>,
         policy: Acceptance,
     ) -> Observed {
@@ -366,7 +422,7 @@ impl ServerState {
         let known: Vec<IndexedList<'_>> =
             [&self.baseline, &self.observed].into_iter().flatten().filter_map(HashedTools::list).collect();
         let index = ToolIndex::reusing(&tools, &known);
-        let current = HashedTools::indexed(tools, index);
+        let current = HashedTools::indexed(tools, index).with_surfaces(surfaces);
         let (hash, tool_count) = (current.hash.clone(), current.tool_count());
         let outputs = self.observe_indexed(current, context, policy);
         Observed { outputs, hash, tool_count }
@@ -375,8 +431,18 @@ impl ServerState {
     /// A list equal, as sent, to the baseline (the server went back to it, or never left) or to the newest
     /// snapshot (the same drift again): what [`ServerState::observe_indexed`] does for its hash, without
     /// indexing it. `None` for any other list.
-    fn observe_known(&mut self, tools: &Arc<ToolsText>, context: RecordContext<'_>) -> Option<Observed> {
-        if self.baseline.as_mut().is_some_and(|baseline| baseline.adopt_if_equal(tools)) {
+    fn observe_known(
+        &mut self,
+        tools: &Arc<ToolsText>,
+        surfaces: &Option<Arc<ServerSurfaces>>,
+        context: RecordContext<'_>,
+    ) -> Option<Observed> {
+        let same_surfaces = |list: &HashedTools| list.surfaces == *surfaces;
+        if self
+            .baseline
+            .as_mut()
+            .is_some_and(|baseline| same_surfaces(baseline) && baseline.adopt_if_equal(tools))
+        {
             let baseline = self.baseline.as_ref()?;
             let (hash, tool_count) = (baseline.hash.clone(), baseline.tool_count());
             self.down = None;
@@ -384,7 +450,7 @@ impl ServerState {
             return Some(Observed { outputs, hash, tool_count });
         }
         let observed = self.observed.as_mut().filter(|_| self.baseline.is_some())?;
-        if !observed.adopt_if_equal(tools) {
+        if !same_surfaces(observed) || !observed.adopt_if_equal(tools) {
             return None;
         }
         let (hash, tool_count) = (observed.hash.clone(), observed.tool_count());
@@ -467,7 +533,8 @@ impl ServerState {
             return;
         }
         for list in [&mut self.baseline, &mut self.observed].into_iter().flatten() {
-            list.hash = list.index().hash();
+            let tools_hash = list.index().hash();
+            list.hash = server_hash(&tools_hash, list.surfaces.as_deref());
         }
         self.normal_form = NORMAL_FORM_VERSION;
     }
@@ -523,8 +590,15 @@ fn tool_count(tools: &ToolsText) -> usize {
 
 /// The first-sight review of every tool of a server's first list.
 fn first_sight_review(list: &mut HashedTools) -> Vec<(String, SecurityFlag)> {
+    // The instructions, prompts and resources are read on first sight too, each under its name.
+    let (declared, _) = diff_surfaces(None, list.surfaces.as_deref(), Severity::Medium);
+    let surfaces = declared.into_iter().flat_map(|change| {
+        let name = if change.tool_name.is_empty() { change.path.clone() } else { change.tool_name.clone() };
+        change.security_flags.into_iter().map(move |flag| (name.clone(), flag))
+    });
+    let surfaces: Vec<(String, SecurityFlag)> = surfaces.collect();
     list.index();
-    let Some(list) = list.list() else { return Vec::new() };
+    let Some(list) = list.list() else { return surfaces };
     let names = ToolNames::new(list.index.tools().iter().map(|t| &*t.name).collect());
     list.index
         .tools()
@@ -533,6 +607,7 @@ fn first_sight_review(list: &mut HashedTools) -> Vec<(String, SecurityFlag)> {
             let normal = list.normal(tool);
             review_tool(&normal, &names).into_iter().map(move |flag| (tool.name.to_string(), flag))
         })
+        .chain(surfaces)
         .collect()
 }
 
@@ -576,10 +651,16 @@ fn drift_event(
 ) -> SchemaDriftEvent {
     baseline.index();
     current.index();
-    let ListedChanges { changes, omitted } = match (baseline.list(), current.list()) {
+    let ListedChanges { mut changes, mut omitted } = match (baseline.list(), current.list()) {
         (Some(before), Some(after)) => diff::diff_indexed_holding(before, after, hold),
         _ => ListedChanges::default(),
     };
+    let (surface_changes, surface_omitted) =
+        diff_surfaces(baseline.surfaces.as_deref(), current.surfaces.as_deref(), hold.severity());
+    changes.extend(surface_changes);
+    for (classification, count) in surface_omitted {
+        *omitted.entry(classification).or_default() += count;
+    }
     SchemaDriftEvent {
         id: derive_id(OutputKind::SchemaDriftEvent, &context.key(), context.position),
         project: context.project.to_owned(),
