@@ -501,3 +501,50 @@ fn the_npm_reference_server_is_probed_over_stdio() {
     assert_eq!(report["changes"][0]["change_type"], "prompt_removed", "{report}");
     assert_eq!(report["changes"][0]["tool_name"], prompt_names[0], "{report}");
 }
+
+/// A server that speaks only MCP 2026-07-28 (the official Python SDK with the `initialize` era refused:
+/// `server/discover` and per-request `_meta` only) is captured and probed over stdio and Streamable HTTP,
+/// its instructions, prompt and resource with its tools.
+#[test]
+fn a_server_that_speaks_only_2026_07_28_is_probed_and_captured() {
+    let state = temp_dir("modern-only-state");
+    for flag in ["modern-only", "surfaces"] {
+        std::fs::write(state.join(flag), "").expect("state");
+    }
+    let (python, script) = (python().display().to_string(), catalog_server().display().to_string());
+    let state_arg = state.display().to_string();
+    let (code, out, stderr) = run_cli(&["capture", "--", &python, &script, "--state", &state_arg]);
+    assert_eq!(code, 0, "{stderr}");
+    let captured: Value = serde_json::from_str(&out).expect("capture prints JSON");
+    let names = |key: &str, field: &str| -> Vec<String> {
+        captured[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e[field].as_str().map(String::from))
+            .collect()
+    };
+    let mut tools = names("tools", "name");
+    tools.sort();
+    assert_eq!(tools, ["get_page", "search"], "{out}");
+    assert_eq!(names("prompts", "name"), ["review"], "{out}");
+    assert_eq!(names("resources", "uri"), ["catalog://about"], "{out}");
+    assert_eq!(captured["instructions"], "Search the catalog before fetching a page.", "{out}");
+
+    // Over Streamable HTTP, probed by `serve`: UP with both tools.
+    let (mut child, endpoint) = support::catalog_over_http("streamable-http", &state);
+    let dir = temp_dir("modern-only");
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!("[probe]\ninterval_seconds = 30\ntimeout_seconds = 20\n\n[[probe.servers]]\nname = \"modern\"\nurl = \"{endpoint}\"\n"),
+    )
+    .expect("config");
+    let server = Server::start(&dir, Some(&config), &[]);
+    let client = server.client(None);
+    let health =
+        client.wait_for_within(40, "/api/health/servers/modern", "the first probe", |s| s["status"] == "UP");
+    assert_eq!(health["tool_count"], 2, "{health}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

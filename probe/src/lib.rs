@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use driftline_bus::{Message, Producer, Topic};
 use driftline_schemas::{ProbeFailure, ServerSurfaces, SnapshotSource, Timestamp, ToolListSnapshot};
-use rmcp::model::{ClientConfig, PaginatedRequestParams};
+use rmcp::model::{ClientConfig, PaginatedRequestParams, ProtocolVersion, SubscriptionFilter};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -107,6 +108,8 @@ impl ClientHandler for Listener {
 pub struct Session {
     service: RunningService<RoleClient, Listener>,
     child: Option<u32>,
+    /// A 2026-07-28 session's `subscriptions/listen` stream, forwarding list changes to the probe loop.
+    subscription: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Session {
@@ -118,6 +121,9 @@ impl Session {
     /// Ends the session: a child is asked to exit (stdin closed, then SIGTERM, then killed) and reaped;
     /// with `kill`, its process group is killed at once (a probe that timed out).
     async fn close(mut self, kill: bool) {
+        if let Some(task) = self.subscription.take() {
+            task.abort();
+        }
         if let (true, Some(pid)) = (kill, self.child) {
             stdio::kill_group(pid);
         }
@@ -125,32 +131,76 @@ impl Session {
     }
 }
 
+/// How a session starts: MCP 2026-07-28's `server/discover` first, falling back to the `initialize`
+/// handshake of earlier revisions when the server says it does not know it (rmcp's `Auto`; a server that
+/// ignores the request falls back after rmcp's 10 s). The legacy HTTP+SSE transport predates 2026-07-28.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: None,
+    }
+}
+
 async fn connect(server: &str, endpoint: &Endpoint, changed: Arc<Notify>) -> Result<Session, ProbeError> {
-    let listener = Listener { changed };
+    let listener = Listener { changed: changed.clone() };
     let connect_error = |err: rmcp::service::ClientInitializeError| ProbeError::Connect(err.to_string());
-    match endpoint {
+    let (service, child) = match endpoint {
         Endpoint::Http { url, headers, sse: false } => {
             let headers = headers.iter().cloned().collect();
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
             let transport = StreamableHttpClientTransport::from_config(config);
-            let service = listener.serve(transport).await.map_err(connect_error)?;
-            Ok(Session { service, child: None })
+            (listener.serve_with_lifecycle(transport, lifecycle()).await.map_err(connect_error)?, None)
         }
         Endpoint::Http { url, headers, sse: true } => {
             let transport =
                 sse::connect(url, headers).await.map_err(|err| ProbeError::Connect(err.to_string()))?;
-            let service = listener.serve(transport).await.map_err(connect_error)?;
-            Ok(Session { service, child: None })
+            (listener.serve(transport).await.map_err(connect_error)?, None)
         }
         Endpoint::Stdio(command) => {
             let (transport, child) = stdio::spawn(server, command)
                 .map_err(|err| ProbeError::Spawn(command.program.clone(), err.to_string()))?;
             // On failure the transport was dropped with the child in it: rmcp kills its process group and
             // reaps it (signalling the group here could reach a reused pid once it is reaped).
-            let service = listener.serve(transport).await.map_err(connect_error)?;
-            Ok(Session { service, child })
+            (listener.serve_with_lifecycle(transport, lifecycle()).await.map_err(connect_error)?, child)
         }
+    };
+    let subscription = listen_for_changes(server, &service, changed).await;
+    Ok(Session { service, child, subscription })
+}
+
+/// On a 2026-07-28 session list changes arrive on a `subscriptions/listen` stream, not as plain
+/// notifications: one is opened for tools, prompts and resources, and each notification on it triggers a
+/// probe. `None` on an earlier revision (its notifications reach the [`Listener`]) or when the server
+/// refuses the stream (the interval still probes).
+async fn listen_for_changes(
+    server: &str,
+    service: &RunningService<RoleClient, Listener>,
+    changed: Arc<Notify>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let modern = service.peer_info().is_some_and(|info| !info.protocol_version.has_initialize());
+    if !modern {
+        return None;
     }
+    let filter = SubscriptionFilter::builder()
+        .tools_list_changed()
+        .prompts_list_changed()
+        .resources_list_changed()
+        .build();
+    let mut subscription = match service.peer().listen(filter).await {
+        Ok(subscription) => subscription,
+        Err(err) => {
+            tracing::info!(server, error = %err, "subscriptions/listen refused; changes are seen at the next interval");
+            return None;
+        }
+    };
+    let server = server.to_owned();
+    Some(tokio::spawn(async move {
+        while let Ok(Some(notification)) = subscription.next().await {
+            tracing::debug!(server = %server, ?notification, "list change on the subscription stream");
+            changed.notify_one();
+        }
+        tracing::debug!(server = %server, "subscription stream ended");
+    }))
 }
 
 /// Every tool the server declares, following `nextCursor` until it stops.

@@ -3,7 +3,10 @@
     catalog_server.py [--transport stdio|sse|streamable-http] [--port N] --state DIR
 
 Read at start from DIR: `version` ("1", or "2": `search` then requires `region`); `fail` present → exit 3
-at once (a server that cannot start); `hang` present → never answer (a server that does not respond).
+at once (a server that cannot start); `hang` present → never answer (a server that does not respond);
+`surfaces` present → the server also declares instructions, a prompt and a resource; `modern-only`
+present → only MCP 2026-07-28 is served (`server/discover`, per-request `_meta`): a client opening with the
+`initialize` handshake of earlier revisions finds the connection closed.
 Written at start: `pid`. One line goes to stderr so tests can see
 it in driftline's log.
 """
@@ -14,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from mcp.server import runner
 from mcp.server.mcpserver import MCPServer
 
 
@@ -34,7 +38,27 @@ def main() -> None:
         time.sleep(3600)
     print(f"catalog server starting with tools v{version}", file=sys.stderr, flush=True)
 
-    server = MCPServer("catalog")
+    surfaces = (args.state / "surfaces").exists()
+    if (args.state / "modern-only").exists():
+
+        async def refuse_legacy(*_args, **_kwargs) -> None:
+            print("catalog server serves 2026-07-28 only: initialize refused", file=sys.stderr, flush=True)
+
+        runner._serve_legacy_stream = refuse_legacy
+    instructions = "Search the catalog before fetching a page." if surfaces else None
+    server = MCPServer("catalog", instructions=instructions)
+
+    if surfaces:
+
+        @server.prompt()
+        def review(page: str) -> str:
+            """Review one catalog page."""
+            return f"Review {page}."
+
+        @server.resource("catalog://about", mime_type="text/plain")
+        def about() -> str:
+            """What the catalog holds."""
+            return "books"
 
     if version == "1":
 
