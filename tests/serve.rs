@@ -1290,3 +1290,51 @@ fn instructions_prompts_and_resources_drift_like_tools() {
     let server = Server::start(&dir, None, &[]);
     support::check_surfaces_drift(&server.endpoints());
 }
+
+/// MCP 2026-07-28 results as the official SDKs write them (`resultType`, `_meta` with the server's info,
+/// `structuredContent` meeting the declared schema) agree with the declaration; interim `input_required`
+/// results are counted apart and never checked.
+#[test]
+fn results_of_mcp_2026_07_28_meet_their_declaration_and_interim_results_are_counted_apart() {
+    let dir = temp_dir("results-2026");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let declared =
+        json!({"type": "object", "properties": {"temp_c": {"type": "number"}}, "required": ["temp_c"]});
+    let tools = json!([{"name": "now", "inputSchema": {"type": "object"}, "outputSchema": declared}]);
+    assert_eq!(client.put_json("/api/servers/thermo/tools", &tools).0, 202);
+    client.wait_for_within(30, "/api/tools/thermo/now/contract", "the declared output", |c| {
+        c["contract"].is_object()
+    });
+    let complete = json!({"resultType": "complete", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "thermo", "version": "2.3.0"}},
+        "content": [{"type": "text", "text": "{\"temp_c\": 21}"}], "structuredContent": {"temp_c": 21}, "isError": false});
+    let interim = json!({"resultType": "input_required", "inputRequests": {"unit": {"method": "elicitation/create",
+        "params": {"message": "Which unit?"}}}});
+    let mut spans: Vec<Value> = (0..12)
+        .map(|i| {
+            let mut span = span(&format!("c{i}"), "now", complete.clone());
+            span["server"] = json!("thermo");
+            span
+        })
+        .collect();
+    for i in 0..3 {
+        let mut span = span(&format!("i{i}"), "now", interim.clone());
+        span["server"] = json!("thermo");
+        spans.push(span);
+    }
+    assert_eq!(client.post_json("/v1/spans", &json!(spans)).0, 202);
+    let contract = client
+        .wait_for("/api/tools/thermo/now/contract", "12 checked calls", |c| c["contract"]["checked"] == 12);
+    assert_eq!(
+        (contract["contract"]["mismatched"].as_u64(), contract["agrees"].as_bool()),
+        (Some(0), Some(true)),
+        "{contract}"
+    );
+    let metrics = client.get("/metrics").1;
+    let metrics = metrics.as_str().unwrap_or_default();
+    assert_eq!(
+        support::metric_value(metrics, "driftline_ingest_shape_outcomes_total{outcome=\"input_required\"}"),
+        Some(3.0),
+        "{metrics}"
+    );
+}

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use driftline_bus::{Message, Producer, Topic};
-use driftline_detectors::shape::record_from_span;
+use driftline_detectors::shape::{is_interim_result, record_from_span};
 use driftline_http::{server_name, ApiError, Auth, Scope};
 use driftline_schemas::api::{ErrorBody, ErrorDetail};
 use driftline_schemas::{
@@ -135,7 +135,7 @@ async fn accept_spans(
         match read_span(element, project) {
             Ok(span) => {
                 let record = record_from_span(&span, project, now);
-                metrics::SHAPE_OUTCOMES.with_label_values(&[record.shape_outcome.as_str()]).inc();
+                count_outcome(&span, &record);
                 match serde_json::to_vec(&record) {
                     Ok(payload) => {
                         messages.push(Message { topic: Topic::Spans, key: record.key().to_string(), payload })
@@ -161,6 +161,17 @@ fn parse_body<'a, T: Deserialize<'a>>(bytes: &'a [u8], expected: &str) -> Result
         let kind = if std::str::from_utf8(bytes).is_err() { "body is not UTF-8" } else { "malformed JSON" };
         ApiError::bad_request(format!("{kind}: expected {expected}: {err}"))
     })
+}
+
+/// Counts a span's shape outcome; an MCP 2026-07-28 interim result (`input_required`, recorded without a
+/// shape) is counted apart from values that are absent.
+fn count_outcome(span: &ToolCallSpan, record: &driftline_schemas::ToolCallRecord) {
+    let interim = span.return_value.as_deref().is_some_and(|raw| is_interim_result(raw.get()));
+    if interim {
+        tracing::debug!(server = %span.server, tool = %span.tool, span_id = %span.span_id, "interim result: not the tool's answer");
+    }
+    let outcome = if interim { "input_required" } else { record.shape_outcome.as_str() };
+    metrics::SHAPE_OUTCOMES.with_label_values(&[outcome]).inc();
 }
 
 fn read_span(element: &RawValue, project: &ProjectName) -> Result<ToolCallSpan, String> {
@@ -516,7 +527,7 @@ async fn traces(
             continue;
         }
         let record = record_from_span(span, &who.project, now);
-        metrics::SHAPE_OUTCOMES.with_label_values(&[record.shape_outcome.as_str()]).inc();
+        count_outcome(span, &record);
         match serde_json::to_vec(&record) {
             Ok(payload) => {
                 messages.push(Message { topic: Topic::Spans, key: record.key().to_string(), payload })

@@ -12,7 +12,8 @@ pub static SPANS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
-/// Shape outcomes computed at the edge.
+/// Shape outcomes computed at the edge, and `input_required` for MCP 2026-07-28 interim results (no
+/// shape: not the tool's answer).
 pub static SHAPE_OUTCOMES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "driftline_ingest_shape_outcomes_total",

@@ -107,6 +107,9 @@ pub fn record_from_span(
             Fingerprint { outcome: ShapeOutcome::NotSuccess, shape: None, compact_bytes: None }
         }
         (CallStatus::Success, None) => Fingerprint::absent(),
+        // An interim result asks the client for input: it is no answer of the tool's, so no shape of it
+        // enters the tool's window or the contract check.
+        (CallStatus::Success, Some(raw)) if is_interim_result(raw.get()) => Fingerprint::absent(),
         (CallStatus::Success, Some(raw)) => fingerprint_str(raw.get(), LARGEST_MAX_BYTES),
     };
     ToolCallRecord {
@@ -128,6 +131,23 @@ pub fn record_from_span(
         compact_bytes: print.compact_bytes,
         shape_outcome: print.outcome,
     }
+}
+
+/// Whether a recorded return value is an MCP 2026-07-28 interim result (`"resultType": "input_required"`
+/// at the top of a `CallToolResult`): the server asks for input before it answers. Values that do not
+/// mention `input_required` at all (nearly all) cost one substring search.
+pub fn is_interim_result(raw: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        #[serde(rename = "resultType", borrow, default)]
+        result_type: Option<std::borrow::Cow<'a, str>>,
+    }
+    if memchr::memmem::find(raw.as_bytes(), b"input_required").is_none() || !raw.trim_start().starts_with('{')
+    {
+        return false;
+    }
+    serde_json::from_str::<Envelope<'_>>(raw)
+        .is_ok_and(|envelope| envelope.result_type.as_deref() == Some("input_required"))
 }
 
 fn unparseable() -> Fingerprint {

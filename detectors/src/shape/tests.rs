@@ -352,3 +352,29 @@ proptest! {
         check_walks_agree(&parts.concat())?;
     }
 }
+
+/// MCP 2026-07-28 interim results (`resultType: "input_required"`) are no answer of the tool's: recorded
+/// without a shape, so they never enter a window or the contract check; a complete result is fingerprinted.
+#[test]
+fn interim_results_are_not_the_tools_answer() {
+    for (raw, interim) in [
+        (r#"{"resultType":"input_required","inputRequests":{"a":{"method":"elicitation/create"}}}"#, true),
+        (r#" { "content": [], "resultType" : "input_required" }"#, true),
+        (r#"{"resultType":"complete","structuredContent":{"temp_c":21},"content":[]}"#, false),
+        (r#"{"note":"input_required"}"#, false),
+        (r#"["input_required"]"#, false),
+        (r#"{"resultType":"input_required""#, false),
+        (r#"{"resultType":{"x":"input_required"}}"#, false),
+    ] {
+        assert_eq!(is_interim_result(raw), interim, "{raw}");
+        let span: driftline_schemas::ToolCallSpan = serde_json::from_value(serde_json::json!({
+            "span_id": "s", "server": "srv", "tool": "t", "started_at": "2026-12-07T00:00:00Z",
+            "duration_ms": 1, "status": "success", "return_value": serde_json::from_str::<serde_json::Value>(raw).ok(),
+        }))
+        .expect("a span");
+        let record = record_from_span(&span, &"p".parse().expect("a project"), span.started_at);
+        if interim {
+            assert_eq!((record.shape_outcome, record.shape), (ShapeOutcome::Absent, None), "{raw}");
+        }
+    }
+}

@@ -916,14 +916,19 @@ impl ToolDiffer<'_> {
         for key in others {
             if differs(old.get(key), new.get(key)) {
                 // `x-…` keywords are vendor extensions (OpenAPI's convention, FastMCP's
-                // `x-fastmcp-wrap-result`): no validator reads them.
-                let kind = if key.starts_with("x-") {
-                    ChangeType::SchemaAnnotationChanged
+                // `x-fastmcp-wrap-result`): no validator reads them. MCP 2026-07-28's `x-mcp-header` is
+                // the exception: it mirrors the parameter into an HTTP header that servers check and
+                // gateways route by, so a client that sends the call as before may now be refused.
+                let (kind, classification) = if key == MCP_HEADER {
+                    (ChangeType::SchemaAnnotationChanged, Classification::Warning)
+                } else if key.starts_with("x-") {
+                    (ChangeType::SchemaAnnotationChanged, Classification::Compatible)
                 } else {
-                    ChangeType::SchemaChanged
+                    (ChangeType::SchemaChanged, classify(ChangeType::SchemaChanged, Some(dir)))
                 };
-                self.emit(
+                self.emit_as(
                     kind,
+                    classification,
                     Some(dir),
                     path,
                     keyword(key, old.get(key)),
@@ -1319,6 +1324,9 @@ impl ToolDiffer<'_> {
         self.emit(kind, Some(dir), path, or_null(before), or_null(after), vec![]);
     }
 }
+
+/// The 2026-07-28 keyword that sends a parameter as an HTTP header too.
+const MCP_HEADER: &str = "x-mcp-header";
 
 /// Pairs the branches only one side has by what tells them apart — the union's discriminator first (a
 /// property every such branch fixes to one value), then types and property names, then types alone —

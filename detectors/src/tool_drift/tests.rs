@@ -561,6 +561,28 @@ fn a_union_of_many_branches_is_paired_branch_by_branch() {
     );
 }
 
+/// MCP 2026-07-28's `x-mcp-header` sends a parameter as an HTTP header too: adding, renaming or removing it
+/// changes how a call must be sent (WARNING); other `x-` keywords are read by no validator.
+#[test]
+fn the_mcp_header_keyword_changes_how_a_call_is_sent() {
+    let p = |extra: Value| {
+        let mut region = json!({"type": "string"});
+        region.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
+        obj(json!({"region": region}), &["region"])
+    };
+    check_input(p(json!({})), p(json!({"x-mcp-header": "Region"})), &[
+        "WARNING schema_annotation_changed t region {\"x-mcp-header\":null} -> {\"x-mcp-header\":\"Region\"}",
+    ]);
+    check_input(p(json!({"x-mcp-header": "Region"})), p(json!({"x-mcp-header": "Zone"})), &[
+        "WARNING schema_annotation_changed t region {\"x-mcp-header\":\"Region\"} -> {\"x-mcp-header\":\"Zone\"}",
+    ]);
+    check_input(
+        p(json!({})),
+        p(json!({"x-vendor-hint": 1})),
+        &["COMPATIBLE schema_annotation_changed t region {\"x-vendor-hint\":null} -> {\"x-vendor-hint\":1}"],
+    );
+}
+
 /// Branches of a discriminated union (each fixes `kind` to one value) are paired by their discriminator
 /// before anything else, so a branch that gains an optional field is that branch's change.
 #[test]
