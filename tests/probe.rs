@@ -548,3 +548,35 @@ fn a_server_that_speaks_only_2026_07_28_is_probed_and_captured() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// On a 2026-07-28 session a server's list changes reach the prober on its `subscriptions/listen` stream
+/// and trigger a probe at once: with a 300 s interval, a new release of a tool shows within seconds.
+#[test]
+fn a_list_change_on_the_2026_07_28_subscription_stream_triggers_a_probe() {
+    let state = temp_dir("listen-state");
+    for flag in ["modern-only", "watch"] {
+        std::fs::write(state.join(flag), "").expect("state");
+    }
+    let dir = temp_dir("listen");
+    let config = dir.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[probe]\ninterval_seconds = 300\ntimeout_seconds = 20\n\n[[probe.servers]]\nname = \"live\"\ncommand = {:?}\nargs = [{:?}, \"--state\", {:?}]\n",
+            python().display().to_string(),
+            catalog_server().display().to_string(),
+            state.display().to_string()
+        ),
+    )
+    .expect("config");
+    let server = Server::start(&dir, Some(&config), &[]);
+    let client = server.client(None);
+    client.wait_for_within(40, "/api/health/servers/live", "the first probe", |s| s["status"] == "UP");
+    std::fs::write(state.join("version"), "2").expect("version");
+    let health =
+        client.wait_for_within(20, "/api/health/servers/live", "the change, before the interval", |s| {
+            s["status"] == "DEGRADED"
+        });
+    let history = client.get("/api/health/servers/live/drift-history").1;
+    assert_eq!(history[0]["changes"][0]["change_type"], "param_became_required", "{health} {history}");
+}

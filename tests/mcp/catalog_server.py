@@ -4,7 +4,9 @@
 
 Read at start from DIR: `version` ("1", or "2": `search` then requires `region`); `fail` present → exit 3
 at once (a server that cannot start); `hang` present → never answer (a server that does not respond);
-`surfaces` present → the server also declares instructions, a prompt and a resource; `modern-only`
+`surfaces` present → the server also declares instructions, a prompt and a resource; `watch` present →
+the server reads `version` again every 0.2 s and, when it changed, swaps `search` and tells its
+`subscriptions/listen` streams (2026-07-28) that its tools changed; `modern-only`
 present → only MCP 2026-07-28 is served (`server/discover`, per-request `_meta`): a client opening with the
 `initialize` handshake of earlier revisions finds the connection closed.
 Written at start: `pid`. One line goes to stderr so tests can see
@@ -15,10 +17,15 @@ import argparse
 import os
 import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
+
+import anyio
 
 from mcp.server import runner
 from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.subscriptions import ToolsListChanged
 
 
 def main() -> None:
@@ -46,7 +53,51 @@ def main() -> None:
 
         runner._serve_legacy_stream = refuse_legacy
     instructions = "Search the catalog before fetching a page." if surfaces else None
-    server = MCPServer("catalog", instructions=instructions)
+    bus = InMemorySubscriptionBus()
+
+    def read_version() -> str:
+        return version_file.read_text().strip() if version_file.exists() else "1"
+
+    def define_search(version: str) -> None:
+        if version == "1":
+
+            def search(q: str, region: str = "eu") -> str:
+                """Search the catalog."""
+                return f"{q} in {region}"
+
+        else:
+
+            def search(q: str, region: str) -> str:
+                """Search the catalog."""
+                return f"{q} in {region}"
+
+        server.add_tool(search)
+
+    @asynccontextmanager
+    async def watch_version(_app):
+        async with anyio.create_task_group() as tasks:
+
+            async def watch() -> None:
+                current = version
+                while True:
+                    await anyio.sleep(0.2)
+                    now = read_version()
+                    if now != current:
+                        current = now
+                        server.remove_tool("search")
+                        define_search(now)
+                        print(f"catalog server now serves tools v{now}", file=sys.stderr, flush=True)
+                        await bus.publish(ToolsListChanged())
+
+            tasks.start_soon(watch)
+            yield {}
+            tasks.cancel_scope.cancel()
+
+    watching = (args.state / "watch").exists()
+    server = MCPServer(
+        "catalog", instructions=instructions, subscriptions=bus, lifespan=watch_version if watching else None
+    )
+    define_search(version)
 
     if surfaces:
 
@@ -59,20 +110,6 @@ def main() -> None:
         def about() -> str:
             """What the catalog holds."""
             return "books"
-
-    if version == "1":
-
-        @server.tool()
-        def search(q: str, region: str = "eu") -> str:
-            """Search the catalog."""
-            return f"{q} in {region}"
-
-    else:
-
-        @server.tool()
-        def search(q: str, region: str) -> str:
-            """Search the catalog."""
-            return f"{q} in {region}"
 
     @server.tool()
     def get_page(url: str) -> str:
