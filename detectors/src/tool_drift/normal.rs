@@ -543,9 +543,31 @@ fn flatten_nested_any_of(schema: &mut Map<String, Value>) {
     schema.insert("anyOf".into(), Value::Array(flat));
 }
 
-/// Branches of one `anyOf` the pairwise check compares at most: a union of more is left as written (the
-/// check is quadratic in the branches, and real unions have a handful).
-const REDUNDANCY_BRANCHES: usize = 32;
+/// Branches of one `anyOf` the pairwise check compares at most, and the nodes they may hold together: a
+/// larger union is left as written. The check compares branches pairwise, and every enclosing union
+/// compares its nested ones again, so both bounds keep a list's cost linear in its size whatever its
+/// nesting (real unions have a handful of small branches).
+const REDUNDANCY_BRANCHES: usize = 16;
+const REDUNDANCY_NODES: usize = 512;
+
+/// Whether the values hold at most `limit` JSON nodes together, counted without recursion and stopping
+/// past it.
+fn nodes_within<'v>(values: impl IntoIterator<Item = &'v Value>, limit: usize) -> bool {
+    let mut stack: Vec<&Value> = values.into_iter().collect();
+    let mut count = 0usize;
+    while let Some(value) = stack.pop() {
+        count += 1;
+        if count > limit {
+            return false;
+        }
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(members) => stack.extend(members.values()),
+            _ => {}
+        }
+    }
+    true
+}
 
 /// An `anyOf` accepts what any branch accepts, so a branch whose values another branch accepts too adds
 /// nothing (of equal branches the first stays); a union left with one branch is that branch. Not for
@@ -553,6 +575,9 @@ const REDUNDANCY_BRANCHES: usize = 32;
 fn drop_redundant_branches(schema: &mut Map<String, Value>) {
     let Some(Value::Array(branches)) = schema.get("anyOf") else { return };
     if branches.len() < 2 || branches.len() > REDUNDANCY_BRANCHES {
+        return;
+    }
+    if !nodes_within(branches, REDUNDANCY_NODES) {
         return;
     }
     let redundant: Vec<bool> = (0..branches.len())

@@ -659,6 +659,14 @@ fn unions_compare_by_the_values_they_accept() {
     // `additionalProperties: false` reads `properties`: a branch with other properties is not narrower.
     let closed = json!({"type": "object", "additionalProperties": false});
     let with_y = json!({"type": "object", "additionalProperties": false, "properties": {"y": {}}});
+    // A union past the pairwise check's bounds (16 branches, 512 nodes) is left as written.
+    let hash_of = |schema: Value| schema_hash(&tools(json!([{"name": "t", "inputSchema": p(schema)}])));
+    let many: Vec<Value> = (0..17).map(|i| json!({"type": "string", "minLength": i})).collect();
+    assert_ne!(hash_of(json!({"anyOf": many})), hash_of(json!({"type": "string", "minLength": 0})));
+    let big = json!({"type": "object", "properties": (0..300).map(|i| (format!("p{i}"), json!({}))).collect::<serde_json::Map<_, _>>()});
+    let mut narrower = big.clone();
+    narrower["required"] = json!(["p0"]);
+    assert_ne!(hash_of(json!({"anyOf": [big.clone(), narrower]})), hash_of(big));
     let union = p(json!({"anyOf": [closed.clone(), with_y]}));
     assert_ne!(
         schema_hash(&tools(json!([{"name": "t", "inputSchema": union}]))),
