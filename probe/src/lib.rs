@@ -65,38 +65,37 @@ struct Listener {
     changed: Arc<Notify>,
 }
 
+impl Listener {
+    /// A list-changed notification: probe now.
+    fn list_changed(&self, list: &'static str) -> impl Future<Output = ()> + Send + 'static {
+        let changed = self.changed.clone();
+        async move {
+            tracing::debug!(list, "list_changed received");
+            changed.notify_one();
+        }
+    }
+}
+
 impl ClientHandler for Listener {
     fn on_tool_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let changed = self.changed.clone();
-        async move {
-            tracing::debug!("tools/list_changed received");
-            changed.notify_one();
-        }
+        self.list_changed("tools")
     }
 
     fn on_prompt_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let changed = self.changed.clone();
-        async move {
-            tracing::debug!("prompts/list_changed received");
-            changed.notify_one();
-        }
+        self.list_changed("prompts")
     }
 
     fn on_resource_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let changed = self.changed.clone();
-        async move {
-            tracing::debug!("resources/list_changed received");
-            changed.notify_one();
-        }
+        self.list_changed("resources")
     }
 
     fn get_info(&self) -> ClientConfig {

@@ -220,6 +220,35 @@ pub struct SchemaChange {
     pub new_description: Option<String>,
 }
 
+impl SchemaChange {
+    /// A change of `change_type` at `path` of `name` (a tool, a prompt, a resource), with nothing of a
+    /// parameter's type or descriptions filled in yet.
+    pub fn new(
+        change_type: ChangeType,
+        classification: Classification,
+        name: String,
+        path: String,
+        direction: Option<Direction>,
+        (before, after): (Value, Value),
+        security_flags: Vec<SecurityFlag>,
+    ) -> SchemaChange {
+        SchemaChange {
+            change_type,
+            classification,
+            tool_name: name,
+            param_name: None,
+            path,
+            direction,
+            before,
+            after,
+            security_flags,
+            param_type: None,
+            old_description: None,
+            new_description: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EventStatus {

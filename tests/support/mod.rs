@@ -1126,4 +1126,13 @@ pub fn check_surfaces_drift(deployment: &Endpoints) {
     // Bad surfaces are refused with the reason, and change nothing.
     let (code, answer) = client.put_json("/api/servers/docs/tools", &json!({"tools": tools, "prompts": "x"}));
     assert_eq!(code, 400, "{answer}");
+    // More prompts than a list may hold tools is refused by its limit, named; names with `/` and `..` are
+    // names like any other.
+    let many: Vec<Value> = (0..5_001).map(|i| json!({"name": format!("../p/{i}")})).collect();
+    let (code, answer) =
+        client.put_json("/api/servers/docs/tools", &json!({"tools": tools, "prompts": many}));
+    assert_eq!(code, 413, "{answer}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("5001 prompts")), "{answer}");
+    let history = client.get("/api/health/servers/docs/drift-history").1;
+    assert_eq!(history.as_array().map(Vec::len), Some(2), "refused bodies change nothing: {history}");
 }

@@ -583,20 +583,15 @@ impl ToolDiffer<'_> {
         let listing = &mut *self.listing;
         let kind = kind_of(classification, &security_flags);
         let size = self.tool.len() + 2 * path.text_len() + 2 * (text_len(&before) + text_len(&after));
-        let change = SchemaChange {
+        let change = SchemaChange::new(
             change_type,
             classification,
-            tool_name: String::new(),
-            param_name: None,
-            path: String::new(),
+            String::new(),
+            String::new(),
             direction,
-            before,
-            after,
+            (before, after),
             security_flags,
-            param_type: None,
-            old_description: None,
-            new_description: None,
-        };
+        );
         if !listing.admits(kind, size, classification) {
             return listing.unlisted.insert(change);
         }

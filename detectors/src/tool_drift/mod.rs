@@ -389,13 +389,12 @@ impl ServerState {
     ) -> Observed {
         let policy = policy.into();
         self.rehash_if_stale();
+        // What a record leaves out is what the newest capture had (shared, not copied, when it is all of it).
         let latest =
-            self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.as_deref());
-        let surfaces = match (surfaces, latest) {
-            (None, Some(_)) => {
-                self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.clone())
-            }
-            _ => carried(surfaces, latest).map(Arc::new),
+            self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.as_ref());
+        let surfaces = match surfaces {
+            None => latest.cloned(),
+            Some(captured) => carried(Some(captured), latest.map(|arc| &**arc)).map(Arc::new),
         };
         // The common case: a probe finds the list it found before, as sent. The index is a function of
         // the list, so an equal list has the hash already known and nothing to diff.

@@ -278,20 +278,16 @@ impl SurfaceDiffer {
             return None;
         }
         *listed += 1;
-        self.changes.push(SchemaChange {
+        let (name, path) = (name.to_owned(), path.to_owned());
+        self.changes.push(SchemaChange::new(
             change_type,
             classification,
-            tool_name: name.to_owned(),
-            param_name: None,
-            path: path.to_owned(),
-            direction: None,
-            before,
-            after,
+            name,
+            path,
+            None,
+            (before, after),
             security_flags,
-            param_type: None,
-            old_description: None,
-            new_description: None,
-        });
+        ));
         self.changes.last_mut()
     }
 
