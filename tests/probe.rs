@@ -553,11 +553,22 @@ fn a_server_that_speaks_only_2026_07_28_is_probed_and_captured() {
 /// and trigger a probe at once: with a 300 s interval, a new release of a tool shows within seconds.
 #[test]
 fn a_list_change_on_the_2026_07_28_subscription_stream_triggers_a_probe() {
-    let state = temp_dir("listen-state");
-    for flag in ["modern-only", "watch"] {
+    check_list_change_triggers_a_probe("listen", &["modern-only", "watch"]);
+}
+
+/// On a 2025-11-25 session (a server refusing 2026-07-28 is spoken to with `initialize`) the same change
+/// arrives as `notifications/tools/list_changed` and triggers a probe at once too.
+#[test]
+fn a_tools_list_changed_notification_on_a_2025_11_25_session_triggers_a_probe() {
+    check_list_change_triggers_a_probe("notified", &["legacy-only", "watch"]);
+}
+
+fn check_list_change_triggers_a_probe(name: &str, flags: &[&str]) {
+    let state = temp_dir(&format!("{name}-state"));
+    for flag in flags {
         std::fs::write(state.join(flag), "").expect("state");
     }
-    let dir = temp_dir("listen");
+    let dir = temp_dir(name);
     let config = dir.join("driftline.toml");
     std::fs::write(
         &config,

@@ -508,6 +508,7 @@ fn openapi_describes_every_route() {
         "/v1/spans",
         "/v1/traces",
         "/api/servers/{name}/tools",
+        "/api/servers/{name}/surfaces",
         "/api/health/servers",
         "/api/health/servers/{name}",
         "/api/health/servers/{name}/drift-history",

@@ -209,6 +209,7 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
         servers[server] = json!({
             "drift_history": store.drift_history(project, server, 10, usize::MAX).await.expect("history"),
             "tool_schemas": store.tool_schemas(project, server).await.expect("schemas"),
+            "surfaces": store.server_surfaces(project, server).await.expect("surfaces"),
         });
     }
     let mut shapes = json!({});
@@ -420,7 +421,14 @@ fn the_clickhouse_store_keeps_each_servers_newest_snapshots() {
     let list = |server: &str, version: i64, offset_ms: i64| {
         let tools =
             driftline_schemas::ToolsText::parse(&format!(r#"[{{"name":"t{version}"}}]"#)).expect("tools");
-        ("p".to_owned(), server.to_owned(), at(offset_ms), format!("hash-{version}"), Arc::new(tools))
+        driftline_store::StoredToolList {
+            project: "p".to_owned(),
+            server: server.to_owned(),
+            captured_at: at(offset_ms),
+            hash: format!("hash-{version}"),
+            tools: Arc::new(tools),
+            surfaces: None,
+        }
     };
     let count = |sql: String| -> i64 {
         let agent = ureq::Agent::new_with_defaults();

@@ -12,9 +12,9 @@ use driftline_schemas::api::{
     AcceptResult, DriftImpact, ErrorBody, RecentCall, ReturnValueStats, ServerHealth, ShapeDriftList,
     ThresholdsView, ToolSchema, ToolShape, ToolSummary,
 };
-#[allow(unused_imports)] // named in the OpenAPI annotations
-use driftline_schemas::SchemaDriftEvent;
 use driftline_schemas::{DetectorThresholds, OperatorCommand};
+#[allow(unused_imports)] // named in the OpenAPI annotations
+use driftline_schemas::{SchemaDriftEvent, ServerSurfaces};
 use driftline_store::ImpactQuery;
 use serde_json::{json, Value};
 use utoipa::openapi::OpenApi;
@@ -37,6 +37,7 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(drift_impact))
         .routes(routes!(drift_accept))
         .routes(routes!(server_tools))
+        .routes(routes!(server_surfaces))
         .routes(routes!(tools))
         .routes(routes!(tool_shape))
         .routes(routes!(tool_calls))
@@ -226,6 +227,22 @@ async fn server_tools(State(state): State<ApiState>, headers: HeaderMap, Path(na
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     ok(state.store.tool_schemas(&who.project, &name).await.map_err(ApiError::store_unavailable)?)
+}
+
+/// Instructions, prompts, resources and resource templates of the server's newest capture; an empty
+/// object where none was captured (a producer that sends only tools).
+#[utoipa::path(get, path = "/api/servers/{name}/surfaces", tag = "tools", params(("name" = String, Path, description = "Server name")),
+    responses((status = 200, body = ServerSurfaces)))]
+async fn server_surfaces(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
+    let who = state.auth.authorize(&headers, Scope::Read)?;
+    let name = server_name(&name)?;
+    let surfaces =
+        state.store.server_surfaces(&who.project, &name).await.map_err(ApiError::store_unavailable)?;
+    ok(surfaces.unwrap_or_default())
 }
 
 #[utoipa::path(get, path = "/api/tools", tag = "tools", params(("hours" = Option<u32>, Query, description = "1-720, default 24")),

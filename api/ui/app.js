@@ -313,15 +313,44 @@ function paramCards(schema) {
     p.enum ? h('div', {}, p.enum.map((v) => h('span', { class: 'enum-chip' }, String(v)))) : null)));
 }
 
+// What the server shows the model besides its tools: instructions, prompts, resources, resource templates.
+function surfacesNodes(surfaces) {
+  const list = (title, kind, items, label, detail) => items && items.length
+    ? h('section', { class: 'surfaces', 'data-surface': kind }, h('h3', {}, `${title} (${items.length})`),
+      items.map((item) => h('details', { class: 'card surface', 'data-name': label(item) },
+        h('summary', {}, h('strong', {}, label(item)), ` — ${item.description || item.title || 'no description'}`),
+        detail(item),
+        h('details', { class: 'raw' }, h('summary', {}, 'raw JSON'), jsonNode(item)))))
+    : null;
+  const args = (prompt) => (prompt.arguments || []).length
+    ? h('div', { class: 'params' }, prompt.arguments.map((a) => h('div', { class: 'param' },
+      h('code', {}, String(a.name)), ' ', h('span', { class: `badge ${a.required ? 'required' : 'optional'}` }, a.required ? 'required' : 'optional'),
+      a.description ? h('div', {}, a.description) : null)))
+    : h('p', { class: 'note' }, 'no arguments');
+  const where = (key) => (item) => h('p', {}, h('code', {}, String(item[key] || '')), item.mimeType ? ` · ${item.mimeType}` : '');
+  return [
+    surfaces.instructions != null
+      ? h('section', { class: 'surfaces', 'data-surface': 'instructions' }, h('h3', {}, 'Instructions'), h('pre', { class: 'instructions' }, surfaces.instructions))
+      : null,
+    list('Prompts', 'prompts', surfaces.prompts, (p) => String(p.name), args),
+    list('Resources', 'resources', surfaces.resources, (r) => String(r.name || r.uri), where('uri')),
+    list('Resource templates', 'resourceTemplates', surfaces.resourceTemplates, (r) => String(r.name || r.uriTemplate), where('uriTemplate')),
+  ].filter(Boolean);
+}
+
 async function schemaTab(server) {
-  const tools = await get(`/api/servers/${encodeURIComponent(server)}/tools`);
+  const [tools, surfaces] = await Promise.all([
+    get(`/api/servers/${encodeURIComponent(server)}/tools`),
+    get(`/api/servers/${encodeURIComponent(server)}/surfaces`),
+  ]);
   const note = h('p', { class: 'note schema-note' }, 'Only tools captured from a tool list appear here; tools seen only in traces are in the Tools tab.');
-  if (!tools.length) return [note, emptyBox(`No tool list captured for ${server} yet.`)];
+  const others = surfacesNodes(surfaces);
+  if (!tools.length) return [note, emptyBox(`No tool list captured for ${server} yet.`), others];
   const sorted = [...tools].sort((a, b) => a.tool_name.localeCompare(b.tool_name));
   return [note, sorted.map((t) => h('details', { class: 'card tool', 'data-tool': t.tool_name },
     h('summary', {}, h('strong', {}, t.tool_name), ` — ${t.description || 'no description'} · ${Object.keys(t.input_schema.properties || {}).length} parameters`),
     paramCards(t.input_schema),
-    h('details', { class: 'raw' }, h('summary', {}, 'raw JSON'), jsonNode(t.input_schema))))];
+    h('details', { class: 'raw' }, h('summary', {}, 'raw JSON'), jsonNode(t.input_schema)))), others];
 }
 
 function toolsTable(tools, showServer) {

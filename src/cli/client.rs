@@ -13,7 +13,7 @@ use driftline_schemas::api::{
     AcceptResult, ContractReport, ContractState, DriftImpact, ServerHealth, ThresholdsView, ToolSchema,
 };
 use driftline_schemas::{
-    BaselinePolicy, Classification, EventStatus, SchemaChange, SchemaDriftEvent, ServerStatus,
+    BaselinePolicy, Classification, EventStatus, SchemaChange, SchemaDriftEvent, ServerStatus, ServerSurfaces,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -486,29 +486,70 @@ pub fn schema(api: &Api, server: &str) -> anyhow::Result<ExitCode> {
     match api.format() {
         Format::Json => print_json(&tools)?,
         Format::Text => {
-            println!("{server} · {} tools", tools.len());
-            for tool in &tools {
-                println!("\n  {}  {}", tool.tool_name, tool.description.as_deref().unwrap_or(""));
-                let required: Vec<&str> = tool.input_schema["required"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
-                for (name, param) in tool.input_schema["properties"].as_object().into_iter().flatten() {
-                    let kind = match &param["type"] {
-                        Value::String(t) => t.clone(),
-                        Value::Null => "any".into(),
-                        other => other.to_string(),
-                    };
-                    let badge = if required.contains(&name.as_str()) { "required" } else { "optional" };
-                    let description = param["description"].as_str().unwrap_or("");
-                    println!("    {name:<20} {kind:<10} {badge:<9} {description}");
-                }
-            }
+            let surfaces: ServerSurfaces = api.get(&format!("/api/servers/{server}/surfaces"))?;
+            print!("{}", schema_text(server, &tools, &surfaces));
         }
     }
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// A server's tools with their parameters, then what it shows the model besides them.
+fn schema_text(server: &str, tools: &[ToolSchema], surfaces: &ServerSurfaces) -> String {
+    let mut out = format!("{server} · {} tools\n", tools.len());
+    for tool in tools {
+        out.push_str(&format!("\n  {}  {}\n", tool.tool_name, tool.description.as_deref().unwrap_or("")));
+        let required: Vec<&str> = tool.input_schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        for (name, param) in tool.input_schema["properties"].as_object().into_iter().flatten() {
+            let kind = match &param["type"] {
+                Value::String(t) => t.clone(),
+                Value::Null => "any".into(),
+                other => other.to_string(),
+            };
+            let badge = if required.contains(&name.as_str()) { "required" } else { "optional" };
+            let description = param["description"].as_str().unwrap_or("");
+            out.push_str(&format!("    {name:<20} {kind:<10} {badge:<9} {description}\n"));
+        }
+    }
+    if let Some(instructions) = &surfaces.instructions {
+        out.push_str("\nInstructions\n");
+        for line in instructions.lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    let text = |value: &Value, key: &str| value[key].as_str().unwrap_or("").to_owned();
+    for (title, items) in surfaces.lists() {
+        let Some(items) = items.filter(|items| !items.is_empty()) else { continue };
+        out.push_str(&format!("\n{title} · {}\n", items.len()));
+        for item in items {
+            let name = [text(item, "name"), text(item, "uri"), text(item, "uriTemplate")]
+                .into_iter()
+                .find(|name| !name.is_empty())
+                .unwrap_or_default();
+            let location = [text(item, "uri"), text(item, "uriTemplate")].into_iter().find(|l| !l.is_empty());
+            let about = [text(item, "description"), text(item, "title")]
+                .into_iter()
+                .find(|about| !about.is_empty())
+                .unwrap_or_default();
+            match location.filter(|location| *location != name) {
+                Some(location) => out.push_str(&format!("\n  {name}  {location}  {about}\n")),
+                None => out.push_str(&format!("\n  {name}  {about}\n")),
+            }
+            for argument in item["arguments"].as_array().into_iter().flatten() {
+                let badge = if argument["required"] == Value::Bool(true) { "required" } else { "optional" };
+                out.push_str(&format!(
+                    "    {:<20} {badge:<9} {}\n",
+                    text(argument, "name"),
+                    text(argument, "description")
+                ));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -516,6 +557,29 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn schema_shows_tools_then_instructions_prompts_and_resources() {
+        let tools: Vec<ToolSchema> =
+            serde_json::from_value(json!([{"server_name": "docs", "tool_name": "query",
+            "description": "Runs a read query", "captured_at": "2026-12-07T00:00:00Z", "input_schema": {
+            "type": "object", "required": ["sql"], "properties": {"sql": {"type": "string"}, "limit": {}}}}]))
+            .expect("tools");
+        let surfaces: ServerSurfaces = serde_json::from_value(json!({
+            "instructions": "Use query for reads only.\nNever write.",
+            "prompts": [{"name": "review_code", "description": "Reviews a diff",
+                "arguments": [{"name": "diff", "required": true, "description": "the diff"}, {"name": "style"}]}],
+            "resources": [{"uri": "db://schema", "name": "schema", "title": "Schema"}],
+            "resourceTemplates": [{"uriTemplate": "db://tables/{t}", "description": "one table"}]}))
+        .expect("surfaces");
+        check_golden("schema_surfaces.txt", &schema_text("docs", &tools, &surfaces));
+        let tools_only = schema_text("docs", &tools, &ServerSurfaces::default());
+        assert!(
+            tools_only.contains("sql")
+                && !tools_only.contains("Instructions")
+                && !tools_only.contains("Prompts")
+        );
+    }
 
     fn check_golden(name: &str, actual: &str) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);

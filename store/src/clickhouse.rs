@@ -16,7 +16,7 @@ use driftline_schemas::api::{
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
-    ShapeDriftSignal, Timestamp, ToolKey,
+    ServerSurfaces, ShapeDriftSignal, Timestamp, ToolKey,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,7 +26,7 @@ use crate::rollup::{self, Rollup, RollupKey};
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
 use crate::{
     Batch, BucketQuery, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume,
-    StoreError, Streams,
+    StoreError, StoredToolList, Streams,
 };
 
 /// Migrations in order; the version is the position (1-based).
@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/clickhouse/0002_call_identities.sql"),
     include_str!("../../schemas/clickhouse/0003_notifications.sql"),
     include_str!("../../schemas/clickhouse/0004_rollups.sql"),
+    include_str!("../../schemas/clickhouse/0005_surfaces.sql"),
 ];
 const CONSUMER: &str = "detectors";
 /// Identities looked up in one query: a default batch (20,000 records) in one, the largest (100,000) in four.
@@ -252,6 +253,7 @@ struct SnapshotRow {
     schema_hash: String,
     captured_at: i64,
     tools: String,
+    surfaces: Option<String>,
 }
 
 #[derive(Row, Serialize, Deserialize)]
@@ -697,7 +699,7 @@ impl DetectorStore for ClickHouseStore {
 
         let mut snapshots = Vec::new();
         let mut schemas = Vec::new();
-        for (project, server, captured_at, hash, tools) in &batch.tool_lists {
+        for StoredToolList { project, server, captured_at, hash, tools, surfaces } in &batch.tool_lists {
             for tool in tools.declared() {
                 let input = tool.input_schema.unwrap_or_else(|| Value::Object(Default::default()));
                 schemas.push(ToolSchemaRow {
@@ -716,6 +718,7 @@ impl DetectorStore for ClickHouseStore {
                 schema_hash: hash.clone(),
                 captured_at: ms(*captured_at),
                 tools: text(tools)?,
+                surfaces: surfaces.as_deref().map(text).transpose()?,
             });
         }
         let schemas = last_per_key(schemas, |s| {
@@ -1276,6 +1279,28 @@ impl QueryStore for ClickHouseStore {
                 })
             })
             .collect()
+    }
+
+    async fn server_surfaces(
+        &self,
+        project: &str,
+        server: &str,
+    ) -> Result<Option<ServerSurfaces>, StoreError> {
+        let surfaces: Vec<Option<String>> = self
+            .client
+            .query(
+                // The server's current list (two captures may share a time), else the newest.
+                "SELECT surfaces FROM server_snapshots FINAL WHERE project = ? AND server_name = ?
+                 ORDER BY schema_hash = ifNull((SELECT any(schema_hash) FROM servers FINAL
+                     WHERE project = ? AND server_name = ?), '') DESC, captured_at DESC LIMIT 1",
+            )
+            .bind(project)
+            .bind(server)
+            .bind(project)
+            .bind(server)
+            .fetch_all()
+            .await?;
+        Ok(surfaces.into_iter().next().flatten().map(|json| serde_json::from_str(&json)).transpose()?)
     }
 
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {

@@ -87,6 +87,18 @@ pub struct EventUpdate {
 /// A tool list shared by the detector's state, its events and the stored snapshot.
 pub type SharedTools = std::sync::Arc<driftline_schemas::ToolsText>;
 
+/// One captured list as stored: its tools replace the server's rows, and the snapshot keeps the list
+/// with what the server declared besides its tools (instructions, prompts, resources).
+#[derive(Debug, Clone)]
+pub struct StoredToolList {
+    pub project: String,
+    pub server: String,
+    pub captured_at: Timestamp,
+    pub hash: String,
+    pub tools: SharedTools,
+    pub surfaces: Option<std::sync::Arc<driftline_schemas::ServerSurfaces>>,
+}
+
 /// Everything one run of the worker produced. Written in one transaction.
 #[derive(Debug, Default)]
 pub struct Batch {
@@ -98,8 +110,7 @@ pub struct Batch {
     pub event_updates: Vec<EventUpdate>,
     pub acceptances: Vec<BaselineAcceptance>,
     pub servers: Vec<ServerRow>,
-    /// A snapshot's tools replace the server's rows: (project, server, captured_at, hash, tools).
-    pub tool_lists: Vec<(String, String, Timestamp, String, SharedTools)>,
+    pub tool_lists: Vec<StoredToolList>,
     /// (id, the input record it came from, record).
     pub calls: Vec<(String, InputPosition, ToolCallRecord)>,
     /// Rollup rows the calls changed, whole (they replace what the store holds).
@@ -254,6 +265,12 @@ pub trait QueryStore: Send + Sync {
     ) -> Result<Option<SchemaDriftEvent>, StoreError>;
     async fn drift_impact(&self, query: ImpactQuery<'_>) -> Result<DriftImpact, StoreError>;
     async fn tool_schemas(&self, project: &str, server: &str) -> Result<Vec<ToolSchema>, StoreError>;
+    /// What the server's newest snapshot declared besides its tools; `None` where no capture had any.
+    async fn server_surfaces(
+        &self,
+        project: &str,
+        server: &str,
+    ) -> Result<Option<driftline_schemas::ServerSurfaces>, StoreError>;
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError>;
     async fn tool_shape(
         &self,

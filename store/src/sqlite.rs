@@ -13,7 +13,7 @@ use driftline_schemas::api::{
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
-    ShapeDriftSignal, Timestamp, ToolKey,
+    ServerSurfaces, ShapeDriftSignal, Timestamp, ToolKey,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
@@ -23,7 +23,7 @@ use crate::rollup::{self, Rollup, RollupKey};
 use crate::views::{self, ms, name, parse_name, text, timestamp};
 use crate::{
     Batch, BucketQuery, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume,
-    StoreError, Streams,
+    StoreError, StoredToolList, Streams,
 };
 
 /// Migrations in order; the version is the position (1-based).
@@ -38,6 +38,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/sqlite/0008_rollups.sql"),
     include_str!("../../schemas/sqlite/0009_append_keys.sql"),
     include_str!("../../schemas/sqlite/0010_expiry.sql"),
+    include_str!("../../schemas/sqlite/0011_surfaces.sql"),
 ];
 const WORKER: &str = "detectors";
 
@@ -205,7 +206,7 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
             ],
         )?;
     }
-    for (project, server, captured_at, hash, tools) in &batch.tool_lists {
+    for StoredToolList { project, server, captured_at, hash, tools, surfaces } in &batch.tool_lists {
         transaction
             .prepare_cached("DELETE FROM tool_schemas WHERE project = ?1 AND server_name = ?2")?
             .execute(params![project, server])?;
@@ -228,12 +229,19 @@ fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), Store
         transaction
             .prepare_cached(
                 // A list seen again (changed back) is as new as its latest capture.
-                "INSERT INTO server_snapshots (project, server_name, schema_hash, captured_at, tools)
-             VALUES (?1, ?2, ?3, ?4, ?5)
+                "INSERT INTO server_snapshots (project, server_name, schema_hash, captured_at, tools, surfaces)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (project, server_name, schema_hash)
              DO UPDATE SET captured_at = max(captured_at, excluded.captured_at)",
             )?
-            .execute(params![project, server, hash, ms(*captured_at), text(tools)?])?;
+            .execute(params![
+                project,
+                server,
+                hash,
+                ms(*captured_at),
+                text(tools)?,
+                surfaces.as_deref().map(text).transpose()?
+            ])?;
     }
     for notification in &batch.notifications {
         transaction
@@ -932,6 +940,28 @@ impl QueryStore for SqliteStore {
         .await
     }
 
+    async fn server_surfaces(
+        &self,
+        project: &str,
+        server: &str,
+    ) -> Result<Option<ServerSurfaces>, StoreError> {
+        let (project, server) = (project.to_owned(), server.to_owned());
+        self.read(move |connection| {
+            let surfaces: Option<Option<String>> = connection
+                .prepare_cached(
+                    // The server's current list (two captures may share a time), else the newest.
+                    "SELECT s.surfaces FROM server_snapshots s LEFT JOIN servers v
+                         ON v.project = s.project AND v.server_name = s.server_name
+                     WHERE s.project = ?1 AND s.server_name = ?2
+                     ORDER BY s.schema_hash IS v.schema_hash DESC, s.captured_at DESC LIMIT 1",
+                )?
+                .query_row(params![project, server], |row| row.get(0))
+                .optional()?;
+            Ok(surfaces.flatten().map(|json| serde_json::from_str(&json)).transpose()?)
+        })
+        .await
+    }
+
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {
         let project = project.to_owned();
         let window = rollup::window(ms(now), hours);
@@ -1540,7 +1570,14 @@ mod tests {
             let tools =
                 driftline_schemas::ToolsText::parse(&format!(r#"[{{"name":"t{version}"}}]"#)).expect("tools");
             let at = Timestamp::from_millis(t0 + at).expect("time");
-            ("p".to_owned(), server.to_owned(), at, format!("hash-{version}"), Arc::new(tools))
+            crate::StoredToolList {
+                project: "p".to_owned(),
+                server: server.to_owned(),
+                captured_at: at,
+                hash: format!("hash-{version}"),
+                tools: Arc::new(tools),
+                surfaces: None,
+            }
         };
         let kept = retention::SNAPSHOTS_PER_SERVER;
         let mut batch = Batch::default();

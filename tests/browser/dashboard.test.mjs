@@ -139,6 +139,42 @@ test('schema tab: alphabetical tools, parameter cards, required badges, enum chi
   console.log(`schema: ${await shot(page, 'schema')}`);
 });
 
+test('schema tab: instructions, prompts with their arguments, resources and templates, hostile text shown as text', async () => {
+  const list = {
+    tools: [{ name: 'query', inputSchema: { type: 'object', properties: { sql: { type: 'string' } } } }],
+    instructions: 'Use query for reads only.\n<img src=x onerror="window.pwned=1">',
+    prompts: [{ name: 'review_code', description: 'Reviews a diff', arguments: [
+      { name: 'diff', required: true, description: 'the unified diff' }, { name: 'style' }] }],
+    resources: [{ uri: 'db://schema', name: 'schema', mimeType: 'application/json', description: 'the database schema' }],
+    resourceTemplates: [{ uriTemplate: 'db://tables/{table}', name: 'table', description: 'one table' }],
+  };
+  const put = await fetch(`${url}/api/servers/docs-mcp/tools`, {
+    method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify(list),
+  });
+  assert.equal(put.status, 202, await put.text());
+  const page = await newPage();
+  // The detector applies the list shortly after it is accepted: reload until the prompts show (bounded).
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    await page.goto(`${url}/#/servers/docs-mcp/schema`);
+    await page.waitForSelector('.schema-note');
+    if (await page.locator('[data-surface="prompts"]').count() > 0) break;
+    assert.ok(Date.now() < deadline, 'the prompts of docs-mcp did not appear on its Schema tab within 20 s');
+    await page.waitForTimeout(250);
+  }
+  assert.match(await page.locator('pre.instructions').innerText(), /Use query for reads only\.\n<img src=x onerror="window\.pwned=1">/);
+  assert.equal(await page.evaluate(() => window.pwned), undefined, 'instructions were rendered as markup');
+  assert.match(await page.locator('[data-surface="prompts"] h3').innerText(), /Prompts \(1\)/);
+  const prompt = page.locator('details.surface[data-name="review_code"]');
+  await prompt.locator(':scope > summary').click();
+  assert.match(await prompt.innerText(), /diff\s+required[\s\S]*style\s+optional/);
+  assert.match(await page.locator('[data-surface="resources"]').innerText(), /schema — the database schema/);
+  await page.locator('details.surface[data-name="schema"] > summary').click();
+  assert.match(await page.locator('details.surface[data-name="schema"]').innerText(), /db:\/\/schema · application\/json/);
+  assert.match(await page.locator('[data-surface="resourceTemplates"]').innerText(), /Resource templates \(1\)[\s\S]*table — one table/);
+  console.log(`schema surfaces: ${await shot(page, 'schema-surfaces')}`);
+});
+
 test('tools and shape drift tabs show the demo calls and the forecast shape change', async () => {
   const page = await newPage();
   await page.goto(`${url}/#/tools`);

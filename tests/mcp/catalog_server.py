@@ -6,9 +6,11 @@ Read at start from DIR: `version` ("1", or "2": `search` then requires `region`)
 at once (a server that cannot start); `hang` present → never answer (a server that does not respond);
 `surfaces` present → the server also declares instructions, a prompt and a resource; `watch` present →
 the server reads `version` again every 0.2 s and, when it changed, swaps `search` and tells its
-`subscriptions/listen` streams (2026-07-28) that its tools changed; `modern-only`
+`subscriptions/listen` streams (2026-07-28) and every earlier-revision session that listed its tools
+(`notifications/tools/list_changed`, 2025-11-25) that its tools changed; `modern-only`
 present → only MCP 2026-07-28 is served (`server/discover`, per-request `_meta`): a client opening with the
-`initialize` handshake of earlier revisions finds the connection closed.
+`initialize` handshake of earlier revisions finds the connection closed; `legacy-only` present → only the
+revisions before 2026-07-28 are served (every connection is an `initialize` one).
 Written at start: `pid`. One line goes to stderr so tests can see
 it in driftline's log.
 """
@@ -52,6 +54,8 @@ def main() -> None:
             print("catalog server serves 2026-07-28 only: initialize refused", file=sys.stderr, flush=True)
 
         runner._serve_legacy_stream = refuse_legacy
+    if (args.state / "legacy-only").exists():
+        runner._has_modern_envelope = lambda _params: False
     instructions = "Search the catalog before fetching a page." if surfaces else None
     bus = InMemorySubscriptionBus()
 
@@ -88,13 +92,27 @@ def main() -> None:
                         define_search(now)
                         print(f"catalog server now serves tools v{now}", file=sys.stderr, flush=True)
                         await bus.publish(ToolsListChanged())
+                        for session in list(listed):
+                            try:
+                                await session.send_tool_list_changed()
+                            except Exception:  # a session that closed since
+                                listed.discard(session)
 
             tasks.start_soon(watch)
             yield {}
             tasks.cancel_scope.cancel()
 
+    # Earlier-revision sessions that listed the tools: told of a change on their own connection.
+    listed: set = set()
+
+    class CatalogServer(MCPServer):
+        async def _handle_list_tools(self, ctx, params):
+            if not ctx.protocol_version.startswith("2026"):
+                listed.add(ctx.session)
+            return await super()._handle_list_tools(ctx, params)
+
     watching = (args.state / "watch").exists()
-    server = MCPServer(
+    server = CatalogServer(
         "catalog", instructions=instructions, subscriptions=bus, lifespan=watch_version if watching else None
     )
     define_search(version)

@@ -1135,4 +1135,11 @@ pub fn check_surfaces_drift(deployment: &Endpoints) {
     assert!(answer["error"].as_str().is_some_and(|e| e.contains("5001 prompts")), "{answer}");
     let history = client.get("/api/health/servers/docs/drift-history").1;
     assert_eq!(history.as_array().map(Vec::len), Some(2), "refused bodies change nothing: {history}");
+    // The Schema tab's read: the current capture's surfaces (a tools-only PUT carries them).
+    assert_eq!(client.put_json("/api/servers/docs/tools", &json!({"tools": tools})).0, 202);
+    let surfaces = client.get("/api/servers/docs/surfaces").1;
+    assert_eq!(surfaces["instructions"], poisoned, "{surfaces}");
+    assert_eq!(surfaces["prompts"][0]["arguments"][1]["required"], true, "{surfaces}");
+    assert_eq!(surfaces["resourceTemplates"][0]["uriTemplate"], "db://{table}", "{surfaces}");
+    assert_eq!(client.get("/api/servers/unseen/surfaces"), (200, json!({})));
 }

@@ -33,7 +33,8 @@ use driftline_schemas::{
 };
 use driftline_store::rollup::RollupCache;
 use driftline_store::{
-    Batch, DetectorState, DetectorStore, EventUpdate, Resume, ServerRow, StoreError, Streams, ToolShapeRow,
+    Batch, DetectorState, DetectorStore, EventUpdate, Resume, ServerRow, StoreError, StoredToolList, Streams,
+    ToolShapeRow,
 };
 use serde_json::json;
 
@@ -906,13 +907,14 @@ impl<C: Consumer> Worker<C> {
         declarations.extend(declaration_messages(&snapshot.project, &snapshot.server, changed, record));
         apply_outputs(observed.outputs, batch);
         let hash = observed.hash;
-        batch.tool_lists.push((
-            snapshot.project.to_string(),
-            snapshot.server.to_string(),
-            snapshot.captured_at,
-            short_hash(&hash),
+        batch.tool_lists.push(StoredToolList {
+            project: snapshot.project.to_string(),
+            server: snapshot.server.to_string(),
+            captured_at: snapshot.captured_at,
+            hash: short_hash(&hash),
             tools,
-        ));
+            surfaces: observed.surfaces,
+        });
         let tool_count = observed.tool_count as u32;
         if was_down {
             batch.notifications.push(Notification::transition(

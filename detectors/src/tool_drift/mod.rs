@@ -146,6 +146,8 @@ pub struct Observed {
     pub outputs: Vec<ToolListOutput>,
     pub hash: String,
     pub tool_count: usize,
+    /// What the server now declares besides its tools (the record's, or carried from the capture before).
+    pub surfaces: Option<Arc<ServerSurfaces>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -421,10 +423,10 @@ impl ServerState {
         let known: Vec<IndexedList<'_>> =
             [&self.baseline, &self.observed].into_iter().flatten().filter_map(HashedTools::list).collect();
         let index = ToolIndex::reusing(&tools, &known);
-        let current = HashedTools::indexed(tools, index).with_surfaces(surfaces);
+        let current = HashedTools::indexed(tools, index).with_surfaces(surfaces.clone());
         let (hash, tool_count) = (current.hash.clone(), current.tool_count());
         let outputs = self.observe_indexed(current, context, policy);
-        Observed { outputs, hash, tool_count }
+        Observed { outputs, hash, tool_count, surfaces }
     }
 
     /// A list equal, as sent, to the baseline (the server went back to it, or never left) or to the newest
@@ -446,7 +448,7 @@ impl ServerState {
             let (hash, tool_count) = (baseline.hash.clone(), baseline.tool_count());
             self.down = None;
             let outputs = self.back_to_baseline(context.at);
-            return Some(Observed { outputs, hash, tool_count });
+            return Some(Observed { outputs, hash, tool_count, surfaces: surfaces.clone() });
         }
         let observed = self.observed.as_mut().filter(|_| self.baseline.is_some())?;
         if !same_surfaces(observed) || !observed.adopt_if_equal(tools) {
@@ -455,7 +457,7 @@ impl ServerState {
         let (hash, tool_count) = (observed.hash.clone(), observed.tool_count());
         self.down = None;
         let outputs = Vec::new();
-        Some(Observed { outputs, hash, tool_count })
+        Some(Observed { outputs, hash, tool_count, surfaces: surfaces.clone() })
     }
 
     /// `current` was indexed when it was built.
