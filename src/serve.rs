@@ -289,7 +289,11 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         open: local_mode && role.serves_data(),
         allowed_hosts: config.server.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
     };
+    // Bodies are read after the guard has looked at the headers, before any handler.
+    let bodies =
+        driftline_http::body::BodyReader::new(config.server.body_limits(config.limits.max_body_bytes));
     let app = app
+        .layer(axum::middleware::from_fn_with_state(bodies, driftline_http::body::read_whole_body))
         .layer(axum::middleware::from_fn_with_state(Arc::new(guard), driftline_http::guard::guard))
         .layer(axum::middleware::from_fn(driftline_http::metrics::track));
     let stopping = async move {
@@ -372,7 +376,11 @@ async fn serve_operations(
     let address = listener.local_addr()?;
     println!("driftline listening on http://{address}");
     tracing::info!(%address, role = role.name(), store = ?config.storage.store, "driftline serving");
-    let app = app.layer(axum::middleware::from_fn(driftline_http::metrics::track));
+    let bodies =
+        driftline_http::body::BodyReader::new(config.server.body_limits(config.limits.max_body_bytes));
+    let app = app
+        .layer(axum::middleware::from_fn_with_state(bodies, driftline_http::body::read_whole_body))
+        .layer(axum::middleware::from_fn(driftline_http::metrics::track));
     let limits = config.server.connection_limits();
     driftline_http::serve(listener, app, limits, shutdown_signal(), Duration::from_secs(10)).await?;
     let _ = stop.send(true);

@@ -835,6 +835,7 @@ fn slow_and_idle_connections_are_closed_and_capped() {
         ("DRIFTLINE__SERVER__HEADER_READ_TIMEOUT_SECONDS", "1"),
         ("DRIFTLINE__SERVER__IDLE_TIMEOUT_SECONDS", "2"),
         ("DRIFTLINE__SERVER__MAX_CONNECTIONS", "3"),
+        ("DRIFTLINE__SERVER__RESERVED_CONNECTIONS", "1"),
     ];
     let server = Server::start(&dir, None, &env);
     let address = server.url.trim_start_matches("http://").to_owned();
@@ -877,18 +878,28 @@ fn slow_and_idle_connections_are_closed_and_capped() {
         .expect("write");
     closed_within(stalled, Duration::from_secs(6), "a stalled body");
 
-    // Three idle connections take every permit; a fourth request is served once they are cut.
+    // Three idle connections take every general permit: a probe is still served at once, on a reserved
+    // connection, where anything else is 503.
     let held: Vec<TcpStream> = (0..3).map(|_| connect()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    assert_eq!(raw_request(&server.url, "GET", "/healthz", &[], "").0, 200);
+    assert!(started.elapsed() < Duration::from_millis(500), "a probe waited: {:?}", started.elapsed());
+    let (status, body) = raw_request(&server.url, "GET", "/api/health/servers", &[], "");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("server.max_connections"), "{body}");
+    // With the reserved one held too, a request waits in the backlog until one is cut.
+    let reserved = connect();
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
     let (status, _) = server.client(None).get("/healthz");
     assert_eq!(status, 200, "served once a permit is free");
     assert!(
-        started.elapsed() >= Duration::from_millis(500),
+        started.elapsed() >= Duration::from_millis(300),
         "it waited for a permit: {:?}",
         started.elapsed()
     );
-    drop(held);
+    drop((held, reserved));
     let metrics = server.client(None).get("/metrics").1;
     let text = metrics.as_str().unwrap_or_default().to_owned();
     assert!(
@@ -896,6 +907,209 @@ fn slow_and_idle_connections_are_closed_and_capped() {
         "{text}"
     );
     assert_eq!(server.client(None).get("/healthz").0, 200, "the server still answers");
+}
+
+/// A POST whose body comes slowly from `source`: the headers at once, then a byte every `every` until the
+/// server answers or closes; returns the answer's status (0: closed without one) and when it came.
+fn slow_body(
+    server: &str,
+    source: &str,
+    path: &'static str,
+    length: usize,
+    every: std::time::Duration,
+) -> std::thread::JoinHandle<(u16, std::time::Duration)> {
+    use std::io::{Read, Write};
+    let target: std::net::SocketAddr = server.trim_start_matches("http://").parse().expect("address");
+    let source: std::net::SocketAddr = format!("{source}:0").parse().expect("source");
+    std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+        socket.bind(&source.into()).expect("bind the source address");
+        socket.set_tcp_nodelay(true).expect("nodelay");
+        if socket.connect(&target.into()).is_err() {
+            return (0, started.elapsed());
+        }
+        let mut stream: std::net::TcpStream = socket.into();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+        );
+        let status = |answer: &[u8]| {
+            String::from_utf8_lossy(answer).split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+        };
+        if stream.write_all(head.as_bytes()).is_err() {
+            return (0, started.elapsed());
+        }
+        stream.set_read_timeout(Some(every)).expect("timeout");
+        let mut answer = [0u8; 512];
+        for sent in 0..length {
+            match stream.read(&mut answer) {
+                Ok(0) => return (0, started.elapsed()),
+                Ok(n) => return (status(&answer[..n]), started.elapsed()),
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return (0, started.elapsed()),
+            }
+            let byte: &[u8] = if sent == 0 { b"[" } else { b" " };
+            if stream.write_all(byte).is_err() {
+                // Closed by the server: its answer may still be waiting to be read.
+                let n = stream.read(&mut answer).unwrap_or(0);
+                return (status(&answer[..n]), started.elapsed());
+            }
+            if started.elapsed() > std::time::Duration::from_secs(40) {
+                break;
+            }
+        }
+        (0, started.elapsed())
+    })
+}
+
+/// Slow bodies (#48): one address sending bodies a byte every 2 s holds at most its share of connections
+/// (the rest are refused at once with 429), the bodies it holds are cut for their rate (408), and health
+/// and other clients' spans are answered meanwhile. Then three addresses together take every general
+/// connection: probes still answer at once on the reserved ones, where other requests are told 503.
+#[test]
+fn slow_bodies_cannot_take_every_connection_nor_blind_the_probes() {
+    use std::time::{Duration, Instant};
+    let dir = temp_dir("slow-bodies");
+    let env = [
+        ("DRIFTLINE__SERVER__MAX_CONNECTIONS", "48"),
+        ("DRIFTLINE__SERVER__MAX_CONNECTIONS_PER_PEER", "20"),
+        ("DRIFTLINE__SERVER__RESERVED_CONNECTIONS", "4"),
+    ];
+    let server = Server::start(&dir, None, &env);
+    let client = server.client(None);
+    let answered_within = |what: &str, limit: Duration, request: &dyn Fn() -> u16, expected: &[u16]| {
+        let started = Instant::now();
+        let status = request();
+        let took = started.elapsed();
+        assert!(expected.contains(&status), "{what}: {status}");
+        assert!(took < limit, "{what} took {took:?}");
+        took
+    };
+    let every = Duration::from_secs(2);
+    let attack: Vec<_> =
+        (0..60).map(|_| slow_body(&server.url, "127.0.0.2", "/v1/spans", 100_000, every)).collect();
+    std::thread::sleep(Duration::from_millis(1_500));
+    let health = answered_within(
+        "/healthz during the attack",
+        Duration::from_secs(1),
+        &|| client.get("/healthz").0,
+        &[200],
+    );
+    let spans = json!([span("during-attack", "t", json!({"ok": true}))]);
+    answered_within(
+        "a span batch during the attack",
+        Duration::from_secs(2),
+        &|| client.post_json("/v1/spans", &spans).0,
+        &[202],
+    );
+    let answers: Vec<(u16, Duration)> = attack.into_iter().map(|t| t.join().expect("attacker")).collect();
+    let refused =
+        answers.iter().filter(|(status, took)| *status == 429 && *took < Duration::from_secs(1)).count();
+    let cut = answers.iter().filter(|(status, _)| *status == 408).count();
+    assert_eq!(refused + cut, 60, "every connection answered 429 at once or 408 for its rate: {answers:?}");
+    assert!(refused >= 40 && cut <= 20, "one address holds at most its 20: {answers:?}");
+    let slowest = answers.iter().map(|(_, took)| *took).max().unwrap_or_default();
+    assert!(
+        slowest < Duration::from_secs(12),
+        "bodies below the rate are cut after the 5 s grace: {slowest:?}"
+    );
+    eprintln!("one address, 60 slow bodies: {refused} refused at accept, {cut} cut for their rate (slowest {slowest:?}); /healthz took {health:?}");
+
+    // Three addresses, 20 each: 60 connections for 48 general slots.
+    let attack: Vec<_> = ["127.0.0.3", "127.0.0.4", "127.0.0.5"]
+        .iter()
+        .flat_map(|source| (0..20).map(|_| slow_body(&server.url, source, "/v1/spans", 100_000, every)))
+        .collect::<Vec<_>>();
+    std::thread::sleep(Duration::from_millis(1_500));
+    let health = answered_within(
+        "/healthz with every general connection taken",
+        Duration::from_secs(1),
+        &|| raw_request(&server.url, "GET", "/healthz", &[], "").0,
+        &[200],
+    );
+    answered_within(
+        "/metrics with every general connection taken",
+        Duration::from_secs(1),
+        &|| raw_request(&server.url, "GET", "/metrics", &[], "").0,
+        &[200],
+    );
+    let (status, body) = raw_request(&server.url, "GET", "/api/health/servers", &[], "");
+    assert!(status == 503 && body.contains("server.max_connections"), "{status} {body}");
+    let answers: Vec<(u16, Duration)> = attack.into_iter().map(|t| t.join().expect("attacker")).collect();
+    assert!(answers.iter().all(|(status, _)| [408, 503].contains(status)), "{answers:?}");
+    eprintln!(
+        "three addresses, 60 slow bodies: /healthz took {health:?} with every general connection taken"
+    );
+    let metrics = client.get("/metrics").1;
+    let text = metrics.as_str().unwrap_or_default().to_owned();
+    for (metric, at_least) in [
+        ("driftline_http_connections_refused_total{reason=\"per_peer\"}", 40.0),
+        ("driftline_http_bodies_refused_total{reason=\"below_rate\"}", 1.0),
+    ] {
+        assert!(support::metric_value(&text, metric).unwrap_or(0.0) >= at_least, "{metric}: {text}");
+    }
+}
+
+/// Dribbled bodies (#48): 50 connections each sending a 4,000-byte body one byte per TCP segment cost the
+/// server what they carry, not a read buffer per byte (it was +800 MB resident), and leave it answering.
+#[test]
+fn dribbled_bodies_cost_what_they_carry() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let dir = temp_dir("dribble");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    assert_eq!(client.post_json("/v1/spans", &json!([span("warm", "t", json!(1))])).0, 202);
+    let (before, _) = server.memory();
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let body = format!("[{}]", " ".repeat(3_998));
+    let dribblers: Vec<_> = (0..50)
+        .map(|_| {
+            let (address, body) = (address.clone(), body.clone());
+            std::thread::spawn(move || {
+                let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+                stream.set_nodelay(true).expect("nodelay");
+                let head = format!(
+                    "POST /v1/spans HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                stream.write_all(head.as_bytes()).expect("headers");
+                for byte in body.as_bytes() {
+                    if stream.write_all(std::slice::from_ref(byte)).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                let mut answer = String::new();
+                let _ = stream.read_to_string(&mut answer);
+                answer.split(' ').nth(1).and_then(|s| s.parse::<u16>().ok()).unwrap_or(0)
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = dribblers.into_iter().map(|t| t.join().expect("dribbler")).collect();
+    // An empty batch is accepted (nothing in it) or refused for its rate; never a 5xx, never unanswered.
+    assert!(statuses.iter().all(|s| [202, 400, 408].contains(s)), "{statuses:?}");
+    let (after, peak) = server.memory();
+    let started = Instant::now();
+    assert_eq!(client.get("/healthz").0, 200);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let grown = peak.saturating_sub(before);
+    eprintln!(
+        "50 dribbled 4,000-byte bodies: resident {} MB before, {} MB peak, {} MB after; answers {:?}",
+        before >> 20,
+        peak >> 20,
+        after >> 20,
+        statuses.iter().fold(std::collections::BTreeMap::new(), |mut m, s| {
+            *m.entry(*s).or_insert(0) += 1;
+            m
+        })
+    );
+    assert!(grown < 64 << 20, "the peak grew by {} MB over {} MB", grown >> 20, before >> 20);
 }
 
 /// Bounds every span meets, with answers that quote a bad value instead of echoing it.
@@ -935,6 +1149,21 @@ fn span_bounds_versions_and_quoted_errors() {
             raw_request(&server.url, "PUT", &format!("/api/servers/{name}/tools"), &headers, "[]");
         assert_eq!(status, 400, "{name}: {body}");
     }
+    // A tool list meets the rules a span's tool name meets: `.`, `..`, control characters and names
+    // over 256 bytes are refused by index, whole list; and a message quotes a name, never a Rust type.
+    let tools = json!([{"name": ".."}, {"name": "a\u{1}b"}, {"name": "t".repeat(300)}, {"name": "ok"}]);
+    let (status, body) = client.put_json("/api/servers/srv/tools", &tools);
+    assert_eq!(status, 400, "{body}");
+    let refused: Vec<u64> =
+        body["details"].as_array().into_iter().flatten().filter_map(|d| d["index"].as_u64()).collect();
+    assert_eq!(refused, vec![0, 1, 2], "{body}");
+    assert!(
+        body["details"][0]["reason"].as_str().is_some_and(|r| r.starts_with("invalid tool name \"..\"")),
+        "{body}"
+    );
+    let (status, body) = client.get("/api/health/servers/never-seen");
+    assert_eq!(status, 404);
+    assert_eq!(body["error"], "server \"never-seen\" has not been seen in this project");
     assert_eq!(client.get("/api/tools").1, json!([]), "nothing was stored");
 }
 

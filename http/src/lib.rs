@@ -3,14 +3,17 @@
 //! as names. Stages meet only through the bus and the store; this crate is how they answer alike.
 
 pub mod auth;
+pub mod body;
 mod error;
 pub mod guard;
 pub mod metrics;
 mod params;
 pub mod readiness;
+pub mod refusals;
 mod serve;
 
 pub use auth::{ApiKey, Auth, AuthError, Principal, Scope};
+pub use body::BodyLimits;
 pub use error::ApiError;
 pub use params::{server_name, tool_name, Params};
 pub use serve::{serve, ConnectionLimits};

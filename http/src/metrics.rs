@@ -50,6 +50,27 @@ pub static CONNECTIONS_AT_LIMIT: LazyLock<prometheus::IntCounter> = LazyLock::ne
     .expect("metric names are static and valid")
 });
 
+/// Request bodies refused before any handler, by reason (too_large, deadline, below_rate, busy, broken).
+pub static BODIES_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_http_bodies_refused_total",
+        "Request bodies refused while they were read, by reason",
+        &["reason"]
+    )
+    .expect("metric names are static and valid")
+});
+
+/// Connections refused at accept, by reason (per_peer: one address holds its share; full: every
+/// connection slot, the reserved ones included, is taken).
+pub static CONNECTIONS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_http_connections_refused_total",
+        "Connections refused at accept, by reason",
+        &["reason"]
+    )
+    .expect("metric names are static and valid")
+});
+
 /// Middleware: counts and times every request, and logs it, under its route template (not the raw path,
 /// which would make a label per server name).
 pub async fn track(request: Request, next: Next) -> Response {

@@ -18,7 +18,7 @@ use driftline_http::{server_name, ApiError, Auth, Scope};
 use driftline_schemas::api::{ErrorBody, ErrorDetail};
 use driftline_schemas::{
     ProjectName, ServerSurfaces, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot,
-    ToolListTooLarge,
+    ToolListTooLarge, ToolName,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -346,9 +346,12 @@ async fn tool_list(
     for (index, tool) in tools.iter().enumerate() {
         let reason = match tool.get("name") {
             _ if !tool.is_object() => Some("a tool must be a JSON object".to_owned()),
-            Some(Value::String(n)) if n.is_empty() => Some("name must not be empty".to_owned()),
-            Some(Value::String(n)) if !names.insert(n.clone()) => Some(format!("duplicate tool name {n:?}")),
-            Some(Value::String(_)) => None,
+            // The rules spans' tool names meet: a tool a list declares can be called and looked up.
+            Some(Value::String(n)) => match ToolName::parse(n.as_str()) {
+                Err(err) => Some(err.to_string()),
+                Ok(_) if !names.insert(n.clone()) => Some(format!("duplicate tool name {n:?}")),
+                Ok(_) => None,
+            },
             _ => Some("name must be a string".to_owned()),
         };
         if let Some(reason) = reason {

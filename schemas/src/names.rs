@@ -28,7 +28,7 @@ impl NameError {
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $rule:literal, $valid:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
         #[serde(try_from = "String", into = "String")]
         #[schema(value_type = String)]
         pub struct $name(String);
@@ -107,6 +107,13 @@ macro_rules! name_type {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
+            }
+        }
+
+        /// Quoted like the string it is: messages that quote a name (`{name:?}`) never show the type.
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
             }
         }
 
@@ -267,6 +274,13 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_name_quoted_in_a_message_reads_as_the_string() {
+        let server = ServerName::parse("a\"b").expect("name");
+        assert_eq!(format!("server {server:?}"), "server \"a\\\"b\"");
+        assert_eq!(format!("{:?}", ToolName::parse("t").expect("name")), "\"t\"");
+    }
 
     fn check<T: std::fmt::Debug>(parse: fn(&str) -> Result<T, NameError>, name: &str, valid: bool) {
         let parsed = parse(name);

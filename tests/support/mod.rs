@@ -27,6 +27,17 @@ pub fn temp_dir(name: &str) -> PathBuf {
 }
 
 impl Server {
+    /// The server process's resident memory now and at its peak (VmRSS, VmHWM), in bytes.
+    pub fn memory(&self) -> (u64, u64) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("proc status");
+        let field = |name: &str| -> u64 {
+            let line = status.lines().find(|l| l.starts_with(name)).expect("the field");
+            line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("kB") * 1024
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
     /// Starts `driftline serve` on a free loopback port with its data in `data_dir`.
     pub fn start(data_dir: &Path, config: Option<&Path>, env: &[(&str, &str)]) -> Server {
         Server::start_stage("serve", data_dir, config, env)

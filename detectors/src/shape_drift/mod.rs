@@ -2,6 +2,14 @@
 //!
 //! The window holds small slot ids, not strings: each distinct shape in the window is stored once, with
 //! its count, and leaves the table when its count drops to zero.
+//!
+//! Shapes are compared by digest; their texts are kept within [`SHAPE_TEXT_BYTES_PER_TOOL`] (the
+//! dominant shape's always): return values keyed by ids make every call a new shape, and a text per call
+//! would let one tool hold megabytes. Only a shape that is not dominant loses its text, fewest calls
+//! first, and the next call of that shape brings it back. The verdicts stay those of unbounded texts: a
+//! signal needs a baseline holding two thirds of the window, and a shape without its text holds less
+//! than half (it was not dominant) until a call of it arrives — with the window full its share cannot
+//! grow without one, and while the window fills it falls.
 
 mod groups;
 mod rank;
@@ -32,10 +40,50 @@ pub struct ToolShapeState {
     pub telemetry: OutcomeCounts,
 }
 
+/// Bytes of shape text one tool's window keeps beyond its dominant shape's.
+pub const SHAPE_TEXT_BYTES_PER_TOOL: usize = 64 * 1024;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SlotWire", into = "SlotWire")]
 struct Slot {
+    /// SHA-256 of the shape text, its first 16 bytes: what shapes are compared by.
+    digest: u128,
+    /// The text; empty where it was dropped for the tool's text budget (or the slot is free).
     shape: Box<str>,
     count: u32,
+}
+
+/// A slot as stored: states written before digests carry the text only, and get the digest on load.
+#[derive(Serialize, Deserialize)]
+struct SlotWire {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    digest: Option<String>,
+    shape: Box<str>,
+    count: u32,
+}
+
+impl From<SlotWire> for Slot {
+    fn from(wire: SlotWire) -> Self {
+        let digest = match wire.digest.as_deref().map(|hex| u128::from_str_radix(hex, 16)) {
+            Some(Ok(digest)) => digest,
+            _ => digest(&wire.shape),
+        };
+        Slot { digest, shape: wire.shape, count: wire.count }
+    }
+}
+
+impl From<Slot> for SlotWire {
+    fn from(slot: Slot) -> Self {
+        SlotWire { digest: Some(format!("{:032x}", slot.digest)), shape: slot.shape, count: slot.count }
+    }
+}
+
+fn digest(shape: &str) -> u128 {
+    use sha2::{Digest, Sha256};
+    let full = Sha256::digest(shape.as_bytes());
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&full[..16]);
+    u128::from_be_bytes(first)
 }
 
 /// What one call tells the detector. Built from a [`ToolCallRecord`], or directly in tests.
@@ -62,10 +110,20 @@ impl<'a> From<&'a ToolCallRecord> for Observation<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Firing {
     pub shape: String,
+    /// Empty only where the text was dropped for the budget and an admin then shrank the window.
     pub baseline_shape: String,
+    /// The baseline's digest (its hash whether or not its text was kept).
+    pub baseline_digest: u128,
     pub baseline_count: u32,
     pub window_size: u32,
     pub ranked: Ranked,
+}
+
+impl Firing {
+    /// `shape_hex8` of the baseline: the first 4 bytes of its SHA-256, which its digest begins with.
+    pub fn baseline_hash(&self) -> String {
+        format!("{:08x}", self.baseline_digest >> 96)
+    }
 }
 
 /// Where a tool stands (DESIGN.md §4 "Status of a tool").
@@ -116,6 +174,16 @@ impl ToolShapeState {
     /// Applies one call (DESIGN.md §4): inconclusive calls only count; a conclusive shape is checked
     /// against the window as it was **before** this call, then added to it.
     pub fn observe(&mut self, call: Observation<'_>, thresholds: &DetectorThresholds) -> Option<Firing> {
+        self.observe_within(call, thresholds, SHAPE_TEXT_BYTES_PER_TOOL)
+    }
+
+    /// [`ToolShapeState::observe`] with the texts of shapes that are not dominant kept within `text_budget`.
+    fn observe_within(
+        &mut self,
+        call: Observation<'_>,
+        thresholds: &DetectorThresholds,
+        text_budget: usize,
+    ) -> Option<Firing> {
         if call.status != CallStatus::Success || call.outcome == ShapeOutcome::NotSuccess {
             self.telemetry.add(ShapeOutcome::NotSuccess, 1);
             return None;
@@ -134,33 +202,35 @@ impl ToolShapeState {
             (ShapeOutcome::Fingerprinted, Some(shape)) => shape,
             _ => return None,
         };
-        let firing = self.check(shape, thresholds);
-        self.push(shape, thresholds.history_window);
+        let digest = digest(shape);
+        let firing = self.check(shape, digest, thresholds);
+        self.push(shape, digest, thresholds.history_window, text_budget);
         firing
     }
 
-    fn check(&self, shape: &str, thresholds: &DetectorThresholds) -> Option<Firing> {
+    fn check(&self, shape: &str, digest: u128, thresholds: &DetectorThresholds) -> Option<Firing> {
         let total = self.window_size();
         let (dominant, count) = self.dominant()?;
         let fires =
-            total >= thresholds.min_history_calls && 3 * count >= 2 * total && &*dominant.shape != shape;
+            total >= thresholds.min_history_calls && 3 * count >= 2 * total && dominant.digest != digest;
         fires.then(|| Firing {
             shape: shape.to_owned(),
             baseline_shape: dominant.shape.to_string(),
+            baseline_digest: dominant.digest,
             baseline_count: count,
             window_size: total,
             ranked: rank(&dominant.shape, shape),
         })
     }
 
-    fn push(&mut self, shape: &str, history_window: u32) {
+    fn push(&mut self, shape: &str, digest: u128, history_window: u32, text_budget: usize) {
         self.shrink_to(history_window.saturating_sub(1));
-        let slot = match self.slots.iter().position(|s| s.count > 0 && &*s.shape == shape) {
+        let slot = match self.slots.iter().position(|s| s.count > 0 && s.digest == digest) {
             Some(slot) => slot,
             None => {
                 let free = self.slots.iter().position(|s| s.count == 0);
                 let slot = free.unwrap_or(self.slots.len());
-                let entry = Slot { shape: shape.into(), count: 0 };
+                let entry = Slot { digest, shape: Box::default(), count: 0 };
                 match free {
                     Some(_) => self.slots[slot] = entry,
                     None => self.slots.push(entry),
@@ -168,9 +238,40 @@ impl ToolShapeState {
                 slot
             }
         };
+        if self.slots[slot].shape.is_empty() && !shape.is_empty() {
+            self.slots[slot].shape = shape.into();
+        }
         self.slots[slot].count += 1;
         // history_window <= 10000, so a slot index always fits.
         self.window.push_back(slot as u16);
+        self.keep_texts_within_budget(slot, text_budget);
+    }
+
+    /// Drops the texts of shapes that are not dominant, fewest calls first (never `current`'s), until
+    /// the others' texts fit `budget`.
+    fn keep_texts_within_budget(&mut self, current: usize, budget: usize) {
+        let dominant = self.dominant_index();
+        let kept = |index: usize| Some(index) == dominant;
+        let mut held: usize =
+            self.slots.iter().enumerate().filter(|(i, _)| !kept(*i)).map(|(_, s)| s.shape.len()).sum();
+        if held <= budget {
+            return;
+        }
+        let mut candidates: Vec<(u32, usize)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| s.count > 0 && !s.shape.is_empty() && !kept(*i) && *i != current)
+            .map(|(i, s)| (s.count, i))
+            .collect();
+        candidates.sort_unstable();
+        for (_, index) in candidates {
+            if held <= budget {
+                break;
+            }
+            held -= self.slots[index].shape.len();
+            self.slots[index].shape = Box::default();
+        }
     }
 
     /// Drops the oldest shapes until at most `len` remain (a smaller `history_window` takes effect).
@@ -194,10 +295,19 @@ impl ToolShapeState {
     }
 
     fn dominant(&self) -> Option<(&Slot, u32)> {
-        self.slots.iter().filter(|s| s.count > 0).max_by_key(|s| s.count).map(|s| (s, s.count))
+        self.dominant_index().map(|index| (&self.slots[index], self.slots[index].count))
     }
 
-    /// Count of each distinct shape in the window.
+    fn dominant_index(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.count > 0)
+            .max_by_key(|(_, s)| s.count)
+            .map(|(i, _)| i)
+    }
+
+    /// Count of each distinct shape in the window (the text empty where it was dropped for the budget).
     pub fn window_counts(&self) -> Vec<(&str, u32)> {
         self.slots.iter().filter(|s| s.count > 0).map(|s| (&*s.shape, s.count)).collect()
     }
@@ -210,7 +320,7 @@ impl ToolShapeState {
         match self.dominant() {
             Some((slot, count)) if 3 * count >= 2 * total => ShapeStatus::Stable {
                 shape: slot.shape.to_string(),
-                hex8: shape_hex8(&slot.shape),
+                hex8: format!("{:08x}", slot.digest >> 96),
                 count,
                 window_size: total,
             },
@@ -239,7 +349,7 @@ pub fn signal(record: &ToolCallRecord, position: InputPosition, firing: Firing) 
         tool: record.tool.to_string(),
         detected_at: record.ingested_at,
         fingerprint: format!("tool_schema_drift:{}:{shape_hash}", record.tool),
-        baseline_hash: shape_hex8(&firing.baseline_shape),
+        baseline_hash: firing.baseline_hash(),
         shape_hash,
         ranking: firing.ranked.signal_ranking(),
         reasons: firing.ranked.reasons,

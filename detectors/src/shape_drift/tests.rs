@@ -217,6 +217,7 @@ fn signal_is_addressed_deterministically() {
     let firing = Firing {
         shape: "{temp:string}".into(),
         baseline_shape: "{temp:number}".into(),
+        baseline_digest: digest("{temp:number}"),
         baseline_count: 10,
         window_size: 10,
         ranked: rank("{temp:number}", "{temp:string}"),
@@ -226,5 +227,117 @@ fn signal_is_addressed_deterministically() {
     assert_eq!(first, signal(&record, position, firing));
     assert_eq!(first.fingerprint, format!("tool_schema_drift:weather:{}", shape_hex8("{temp:string}")));
     assert_eq!(first.detected_at.to_string(), "2026-01-01T00:00:01.000Z");
+    assert_eq!(first.baseline_hash, shape_hex8("{temp:number}"), "the digest begins with the hash");
     assert_eq!(first.reasons[0].to_string(), "temp: number -> string");
+}
+
+/// Calls of id-keyed shapes (a new shape per call, 8 KB each): the tool holds its dominant shape's text
+/// and at most the budget of others, not a text per call.
+#[test]
+fn id_keyed_shapes_hold_the_text_budget_not_a_text_per_call() {
+    let thresholds = thresholds(5, 10_000);
+    let mut state = ToolShapeState::default();
+    let stable = format!("{{\"items\":[{}]}}", "\"string\",".repeat(100));
+    for _ in 0..50 {
+        state.observe(success(&stable), &thresholds);
+    }
+    for call in 0..300 {
+        let shape = format!("{{\"u_{call:06x}\":{}}}", "\"x\"".repeat(2_700));
+        state.observe(success(&shape), &thresholds);
+    }
+    let texts: usize = state.slots.iter().map(|s| s.shape.len()).sum();
+    assert!(texts <= SHAPE_TEXT_BYTES_PER_TOOL + stable.len() + 8_200, "{texts} bytes of text");
+    assert_eq!(state.window_size(), 350);
+    assert!(state.size_bytes() < 128 * 1024, "{} bytes", state.size_bytes());
+    // A dropped shape called again has its text back, and a state round-trips with its digests.
+    let again = format!("{{\"u_{:06x}\":{}}}", 0, "\"x\"".repeat(2_700));
+    state.observe(success(&again), &thresholds);
+    assert!(state.slots.iter().any(|s| *s.shape == again));
+    let stored = serde_json::to_string(&state).expect("state");
+    assert_eq!(serde_json::from_str::<ToolShapeState>(&stored).expect("state"), state);
+}
+
+/// A state stored before shapes had digests (text only) loads with them.
+#[test]
+fn a_state_stored_without_digests_loads() {
+    let thresholds = thresholds(3, 100);
+    let mut state = ToolShapeState::default();
+    for shape in ["A", "A", "B"] {
+        state.observe(success(shape), &thresholds);
+    }
+    let mut old = serde_json::to_value(&state).expect("state");
+    for slot in old["slots"].as_array_mut().expect("slots") {
+        slot.as_object_mut().expect("slot").remove("digest");
+    }
+    let mut loaded: ToolShapeState = serde_json::from_value(old).expect("old state");
+    assert_eq!(loaded, state);
+    assert_eq!(loaded.observe(success("A"), &thresholds), None, "A is the baseline");
+    assert!(loaded.observe(success("C"), &thresholds).is_some(), "C is new against A (3 of 4)");
+}
+
+/// The one case where a dropped text can be a baseline: an admin shrinks the window so that a shape that
+/// lost its text while not dominant holds two thirds of what remains. The signal still fires as with
+/// texts kept, with the baseline's hash and counts; only its text (and so the ranking) is missing.
+#[test]
+fn a_window_shrunk_under_a_dropped_text_still_fires_with_the_baseline_hash() {
+    let wide = thresholds(2, 8);
+    let (mut bounded, mut unbounded) = (ToolShapeState::default(), ToolShapeState::default());
+    for shape in ["A", "A", "A", "A", "B", "B", "B", "C"] {
+        bounded.observe_within(success(shape), &wide, 0);
+        unbounded.observe_within(success(shape), &wide, usize::MAX);
+    }
+    let narrow = thresholds(2, 4);
+    bounded.shrink_to(4);
+    unbounded.shrink_to(4);
+    let kept = unbounded.observe_within(success("D"), &narrow, usize::MAX).expect("fires");
+    let dropped = bounded.observe_within(success("D"), &narrow, 0).expect("fires too");
+    assert_eq!((kept.baseline_shape.as_str(), dropped.baseline_shape.as_str()), ("B", ""));
+    assert_eq!(dropped.baseline_hash(), shape_hex8("B"));
+    assert_eq!((dropped.baseline_count, dropped.window_size), (kept.baseline_count, kept.window_size));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    /// The text budget changes no verdict: with texts of non-dominant shapes dropped down to a budget of
+    /// none, every call fires (with the same baseline text, counts and ranking) or not exactly as with
+    /// texts unbounded, and the statuses agree.
+    #[test]
+    fn the_text_budget_changes_no_verdict(
+        calls in proptest::collection::vec((0u8..6, 1usize..40), 1..400),
+        min_history in 1u32..20,
+        window in 2u32..60,
+        shrink_at in proptest::option::of(0usize..400),
+        budget in 0usize..64,
+    ) {
+        let mut thresholds = thresholds(min_history, window);
+        let (mut bounded, mut unbounded) = (ToolShapeState::default(), ToolShapeState::default());
+        for (index, (kind, size)) in calls.into_iter().enumerate() {
+            if Some(index) == shrink_at {
+                // An admin shrinks the window: the oldest go; verdicts must still agree.
+                thresholds.history_window = (window / 2).max(1);
+                bounded.shrink_to(thresholds.history_window);
+                unbounded.shrink_to(thresholds.history_window);
+            }
+            let shape = format!("{{\"k{kind}\":\"{}\"}}", "s".repeat(size * usize::from(kind % 2)));
+            let a = bounded.observe_within(success(&shape), &thresholds, budget);
+            let b = unbounded.observe_within(success(&shape), &thresholds, usize::MAX);
+            let shrunk = shrink_at.is_some_and(|at| at <= index);
+            match (&a, &b) {
+                // After a shrink a baseline may lack its text (see the test above): the same signal.
+                (Some(a), Some(b)) if shrunk && a.baseline_shape.is_empty() => {
+                    proptest::prop_assert_eq!(a.baseline_hash(), b.baseline_hash());
+                    proptest::prop_assert_eq!((a.baseline_count, a.window_size), (b.baseline_count, b.window_size));
+                }
+                _ => proptest::prop_assert_eq!(a, b, "call {}", index),
+            }
+            let statuses = (bounded.status(&thresholds), unbounded.status(&thresholds));
+            match statuses {
+                (ShapeStatus::Stable { hex8: x, count: c, .. }, ShapeStatus::Stable { hex8: y, count: d, .. }) if shrunk => {
+                    proptest::prop_assert_eq!((x, c), (y, d));
+                }
+                (x, y) => proptest::prop_assert_eq!(x, y),
+            }
+        }
+    }
 }
