@@ -277,9 +277,9 @@ mod tests {
 
     #[test]
     fn a_name_quoted_in_a_message_reads_as_the_string() {
-        let server = ServerName::parse("a\"b").expect("name");
-        assert_eq!(format!("server {server:?}"), "server \"a\\\"b\"");
-        assert_eq!(format!("{:?}", ToolName::parse("t").expect("name")), "\"t\"");
+        let server = ServerName::parse("srv-1").expect("name");
+        assert_eq!(format!("server {server:?}"), "server \"srv-1\"");
+        assert_eq!(format!("{:?}", ToolName::parse("say \"hi\"").expect("name")), "\"say \\\"hi\\\"\"");
     }
 
     fn check<T: std::fmt::Debug>(parse: fn(&str) -> Result<T, NameError>, name: &str, valid: bool) {
