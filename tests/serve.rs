@@ -819,6 +819,10 @@ fn tool_names_with_slashes_stay_apart() {
         assert_eq!(client.get(&format!("/api/tools/..%2Fx/repo/{route}")).0, 400, "{route}");
     }
     assert_eq!(client.get("/api/health/servers/%2E%2E/timeline").0, 400);
+    // A server's surfaces read the same server names.
+    for name in ["%2E%2E", "a%2Fb", "a%2F..%2Fb"] {
+        assert_eq!(client.get(&format!("/api/servers/{name}/surfaces")).0, 400, "{name}");
+    }
 }
 
 /// Slow and idle clients cannot hold the server (server.header_read_timeout_seconds, idle_timeout_seconds,

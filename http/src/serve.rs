@@ -170,7 +170,7 @@ pub async fn serve(
                 tracing::warn!(
                     max_connections = limits.max_connections,
                     reserved_connections = limits.reserved_connections,
-                    times_since_last_line = count,
+                    unlogged_before = count,
                     "connection limit reached; only health, readiness and metrics are served beyond it"
                 );
             });
@@ -190,7 +190,7 @@ pub async fn serve(
         let Some(peer_slot) = peers.enter(peer.ip()) else {
             crate::metrics::CONNECTIONS_REFUSED.with_label_values(&["per_peer"]).inc();
             crate::refusals::throttled("connections_per_peer", |count| {
-                tracing::warn!(peer = %peer.ip(), limit = limits.max_connections_per_peer, refused_since_last_line = count, "connection refused: the address holds its share");
+                tracing::warn!(peer = %peer.ip(), limit = limits.max_connections_per_peer, unlogged_before = count, "connection refused: the address holds its share");
             });
             // Best effort, never waiting on the client: the answer fits one segment of a fresh socket.
             let _ = stream.try_write(peer_refusal.as_bytes());

@@ -65,7 +65,9 @@ pub fn router(state: IngestState) -> (Router, OpenApi) {
         .split_for_parts()
 }
 
-/// Reads at most `limit` bytes; a body that declares or turns out to be larger is 413.
+/// Reads at most `limit` bytes; a body that declares or turns out to be larger is 413. Served by
+/// `driftline serve`, the body middleware has already read it under the server's limits (one frame, no
+/// copy here); this keeps the route's own limit wherever the router is served without it.
 async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let too_large =
         || ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {limit} bytes"));

@@ -6,7 +6,6 @@
 
 pub mod expiry;
 pub mod keys;
-mod log_budget;
 mod metrics;
 pub mod tool_lists;
 
@@ -139,7 +138,7 @@ pub struct Worker<C> {
     /// Records that could not be used, counted (and logged) and skipped so the log keeps flowing.
     pub dead_letters: u64,
     /// Dead letters get at most a few log lines per second (each is counted, and published with its reason).
-    dead_letter_lines: log_budget::LogBudget,
+    dead_letter_lines: driftline_schemas::LogBudget,
     /// Where unusable records go, with the reason (the `dead-letters` topic); without it they are only
     /// logged and counted (the embedded bus, whose only producer is ingest, which validated them).
     dead_letter_sink: Option<Arc<dyn Producer>>,
@@ -233,7 +232,7 @@ impl<C: Consumer> Worker<C> {
             keys_held: KeysHeld::default(),
             thresholds: HashMap::new(),
             dead_letters: 0,
-            dead_letter_lines: log_budget::LogBudget::default(),
+            dead_letter_lines: driftline_schemas::LogBudget::default(),
             dead_letter_sink: None,
             declaration_sink: None,
             stale: false,

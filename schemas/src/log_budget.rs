@@ -1,7 +1,8 @@
-//! A cap on log lines per second for events that can come in floods. Every dead letter is counted
-//! (`driftline_worker_dead_letters_total`) and, from Kafka, published with its reason; its log line is a
-//! sample. A client over its project's limits sent 80,000 unusable calls in a second and the detector wrote
-//! a 460-byte line for each (37 MB of logs).
+//! A cap on log lines per second for events that can come in floods: dead letters in the detector, refused
+//! requests and connections at the HTTP edge. Each is counted by a metric; its log line is a sample. A
+//! client over its project's limits sent 80,000 unusable calls in a second and the detector wrote a
+//! 460-byte line for each (37 MB of logs). Not a wire type: the one log helper every crate shares, kept in
+//! the crate they all depend on.
 
 use std::time::{Duration, Instant};
 
