@@ -369,6 +369,9 @@ pub struct DetectorConfig {
     /// light load batches stay small (low latency) and on a backlog each store write carries many records.
     /// [1, 100000]
     pub max_batch_records: usize,
+    /// A tool without a call for this long (by the bus's clock) releases its detector state and its place
+    /// in its project's limits; its next call starts a new baseline. [60, 31536000], 30 days by default.
+    pub forget_unseen_tools_after_seconds: u64,
     /// For tests only: the detector pauses this long after each stored batch, to be slower than its
     /// input (the consumer-lag tests). 0 in any real deployment. [0, 10000]
     pub test_batch_pause_ms: u64,
@@ -389,6 +392,7 @@ impl Default for DetectorConfig {
             high_risk_sessions: 10,
             repeat_window_hours: 24,
             max_batch_records: 20_000,
+            forget_unseen_tools_after_seconds: 30 * 24 * 3600,
             test_batch_pause_ms: 0,
             test_stop_after_batches: 0,
         }
@@ -428,6 +432,11 @@ pub struct LimitsConfig {
     /// Tools one project may hold detector state for (return-shape windows), per detector process (a call
     /// of one more is a dead letter). [1, 100000000]
     pub max_tools_per_project: usize,
+    /// Bytes of tool state (return-shape windows, contract checks) one project may hold per detector
+    /// process, counting each tool at its worst case under the project's settings: fewer tools fit when a
+    /// project admin raises `history_window` or `tool_return_value_max_bytes`, and a change that would put
+    /// the tools held beyond it is refused. [1048576, 1099511627776]
+    pub max_state_bytes_per_project: u64,
 }
 
 impl Default for LimitsConfig {
@@ -443,6 +452,7 @@ impl Default for LimitsConfig {
             max_tool_list_bytes_per_project: tool_lists.max_project_bytes,
             max_servers_per_project: keys.servers,
             max_tools_per_project: keys.tools,
+            max_state_bytes_per_project: keys.state_bytes,
         }
     }
 }
@@ -452,6 +462,7 @@ impl LimitsConfig {
         driftline_schemas::KeyLimits {
             servers: self.max_servers_per_project,
             tools: self.max_tools_per_project,
+            state_bytes: self.max_state_bytes_per_project,
         }
     }
 
@@ -640,6 +651,12 @@ impl Config {
                 self.detector.repeat_window_hours
             );
         }
+        if !(60..=31_536_000).contains(&self.detector.forget_unseen_tools_after_seconds) {
+            bail!(
+                "detector.forget_unseen_tools_after_seconds = {} is out of bounds: it must be in [60, 31536000]",
+                self.detector.forget_unseen_tools_after_seconds
+            );
+        }
         if !(1..=100_000).contains(&self.detector.max_batch_records) {
             bail!(
                 "detector.max_batch_records = {} is out of bounds: it must be in [1, 100000]",
@@ -730,6 +747,21 @@ impl Config {
             bail!(
                 "limits.max_tools_per_project = {} must be in [1, 100000000]",
                 self.limits.max_tools_per_project
+            );
+        }
+        if !(1 << 20..=1 << 40).contains(&self.limits.max_state_bytes_per_project) {
+            bail!(
+                "limits.max_state_bytes_per_project = {} must be in [1048576, 1099511627776]",
+                self.limits.max_state_bytes_per_project
+            );
+        }
+        let per_tool = driftline_detectors::tool_state_worst_case_bytes(&self.detector.thresholds());
+        if self.limits.max_state_bytes_per_project < per_tool {
+            bail!(
+                "limits.max_state_bytes_per_project = {} holds no tool: one tool may hold up to {per_tool} bytes at detector.history_window = {} and detector.tool_return_value_max_bytes = {}",
+                self.limits.max_state_bytes_per_project,
+                self.detector.history_window,
+                self.detector.tool_return_value_max_bytes
             );
         }
         if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {

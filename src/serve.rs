@@ -149,6 +149,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         tool_lists: config.limits.tool_lists(),
         max_batch_records: config.detector.max_batch_records,
         keys: config.limits.keys(),
+        forget_unseen_tools_after: Duration::from_secs(config.detector.forget_unseen_tools_after_seconds),
     };
     let store =
         if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };

@@ -360,7 +360,8 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
         "{letters:?}"
     );
     let metrics = split.endpoints().metrics();
-    assert!(metrics.contains("driftline_worker_dead_letters_total 6"), "{metrics}");
+    assert_eq!(support::metric_sum(&metrics, "driftline_worker_dead_letters_total"), Some(6.0), "{metrics}");
+    assert!(metrics.contains("driftline_worker_dead_letters_total{reason=\"unusable\"} 6"), "{metrics}");
     assert!(metrics.contains("driftline_worker_repeated_calls_total 1"), "{metrics}");
 }
 

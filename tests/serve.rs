@@ -524,6 +524,9 @@ fn openapi_describes_every_route() {
         "/api/shape-drift",
         "/api/settings/detector-thresholds",
         "/api/settings/return-value-stats",
+        "/api/health/dead-letters",
+        "/api/servers/{name}/state",
+        "/api/tools/{server}/{tool}/state",
         "/healthz",
         "/readyz",
     ]);
@@ -1260,7 +1263,7 @@ fn a_projects_tool_lists_are_held_within_its_budget() {
     client.wait_for("/api/health/servers/first", "the first list", |s| s["tool_count"] == 1000);
     assert_eq!(client.put_json("/api/servers/second/tools", &list("b")).0, 202);
     client.wait_for("/metrics", "the second list as a dead letter", |m| {
-        m.as_str().is_some_and(|m| m.contains("driftline_worker_dead_letters_total 1"))
+        m.as_str().and_then(|m| support::metric_sum(m, "driftline_worker_dead_letters_total")) == Some(1.0)
     });
     let small: Vec<Value> = (0..10).map(|i| json!({"name": format!("t{i}")})).collect();
     assert_eq!(client.put_json("/api/servers/third/tools", &Value::Array(small)).0, 202);
@@ -1283,7 +1286,7 @@ fn a_project_tracks_at_most_its_limit_of_tools() {
         (0..5).map(|t| span(&format!("first-{t}"), &format!("tool-{t}"), json!({"id": t}))).collect();
     assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
     client.wait_for("/metrics", "two calls as dead letters", |m| {
-        m.as_str().is_some_and(|m| m.contains("driftline_worker_dead_letters_total 2"))
+        m.as_str().and_then(|m| support::metric_sum(m, "driftline_worker_dead_letters_total")) == Some(2.0)
     });
     assert_eq!(client.post_json("/v1/spans", &json!([span("again", "tool-0", json!({"id": 9}))])).0, 202);
     wait_for_calls_of(&client, "tool-0", 2);
@@ -1292,8 +1295,45 @@ fn a_project_tracks_at_most_its_limit_of_tools() {
         tools.as_array().into_iter().flatten().filter_map(|t| t["tool"].as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["tool-0", "tool-1", "tool-2"], "{tools}");
+    // The client learns what was dropped: by kind, with the reason, in the API and `driftline health`.
+    let (_, dead) = client.get("/api/health/dead-letters");
+    assert_eq!(dead[0]["kind"], "tool_limit", "{dead}");
+    assert_eq!(dead[0]["count"], 2, "{dead}");
+    assert!(
+        dead[0]["last_reason"].as_str().is_some_and(|r| r.contains("limits.max_tools_per_project = 3")),
+        "{dead}"
+    );
+    let (code, out, err) = support::run_cli(&["health", "--url", &server.url]);
+    assert!(out.contains("not tracked: 2 records (tool limit)"), "{code} {out} {err}");
+    // An admin frees tool-1: a new tool takes its place; tool-1 is no longer listed with a shape.
+    let (code, out, err) = support::run_cli(&["forget", "srv", "tool-1", "--url", &server.url]);
+    assert!(code == 0 && out.contains("Forgot the detector state of srv/tool-1"), "{code} {out} {err}");
+    assert_eq!(client.post_json("/v1/spans", &json!([span("new", "tool-7", json!({"id": 7}))])).0, 202);
+    wait_for_calls_of(&client, "tool-7", 1);
+    assert_eq!(client.get("/api/tools/srv/tool-1/shape").0, 404, "tool-1's shape view is gone");
+    // A whole server: its tools' places too.
+    let (status, forgotten) = client.send("DELETE", "/api/servers/srv/state", b"");
+    assert_eq!(status, 200, "{forgotten}");
+    assert_eq!(forgotten["tools"].as_u64().map(|n| n >= 3), Some(true), "{forgotten}");
+    // Each tool's command rides its own partition: wait until each is applied (its shape view gone).
+    for tool in ["tool-0", "tool-2", "tool-7"] {
+        support::wait_until(10, &format!("{tool} forgotten"), || {
+            let (status, body) = client.get(&format!("/api/tools/srv/{tool}/shape"));
+            (status == 404).then_some(()).ok_or(format!("{status} {body}"))
+        });
+    }
+    let spans: Vec<Value> =
+        (10..13).map(|t| span(&format!("after-{t}"), &format!("tool-{t}"), json!({"id": t}))).collect();
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+    for t in 10..13 {
+        wait_for_calls_of(&client, &format!("tool-{t}"), 1);
+    }
+    let (status, refused) = client.send("DELETE", "/api/tools/srv/../state", b"");
+    assert!(matches!(status, 400 | 404), "{status} {refused}");
     check_config_refuses("limits.max_tools_per_project", "0");
     check_config_refuses("limits.max_servers_per_project", "0");
+    check_config_refuses("limits.max_state_bytes_per_project", "1000");
+    check_config_refuses("detector.forget_unseen_tools_after_seconds", "1");
 }
 
 /// Hostile requests cannot grow /metrics: made-up methods and unknown paths share one series each.
@@ -1357,10 +1397,8 @@ fn an_unreadable_state_row_quarantines_its_key_and_the_rest_flows() {
     assert!(metrics.contains("driftline_worker_quarantined_keys 1"), "{metrics}");
     support::wait_until(10, "srv-a's list dead-lettered", || {
         let metrics = client.get("/metrics").1;
-        let found = support::metric_value(
-            metrics.as_str().unwrap_or_default(),
-            "driftline_worker_dead_letters_total",
-        );
+        let found =
+            support::metric_sum(metrics.as_str().unwrap_or_default(), "driftline_worker_dead_letters_total");
         (found == Some(1.0)).then_some(()).ok_or(format!("{found:?}"))
     });
     assert_eq!(client.get("/api/health/servers/srv-a").1["tool_count"], 1, "srv-a is left as it was");

@@ -151,6 +151,21 @@ fn records() -> Vec<Message> {
         json!({"project": "alpha", "server": "other",
         "probed_at": at(5_000), "error": "connection refused"}),
     ));
+    // Forgetting: a tool called once, then freed; a server seen, then freed (its row goes, history stays).
+    records.push(span("alpha", "gone", 0, "s0", json!({"a": 1})));
+    records.push(command(
+        Topic::Spans,
+        "alpha/srv/gone",
+        json!({"command": "forget_tool", "id": "cmd-forget-tool", "project": "alpha", "server": "srv", "tool": "gone", "by": "key:0123abcd"}),
+    ));
+    records.push(tool_list("alpha", "brief", json!([{"name": "x"}])));
+    records.push(command(
+        Topic::ToolLists,
+        "alpha/brief",
+        json!({"command": "forget_server", "id": "cmd-forget-server", "project": "alpha", "server": "brief", "by": "key:0123abcd"}),
+    ));
+    // Dead letters, counted per project and kind: one unreadable span of alpha's.
+    records.push(command(Topic::Spans, "alpha/srv/search", json!({"not": "a span"})));
     records
 }
 
@@ -213,7 +228,7 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
         });
     }
     let mut shapes = json!({});
-    for tool in ["search", "fetch", "unknown"] {
+    for tool in ["search", "fetch", "unknown", "gone"] {
         shapes[tool] = json!(store.tool_shape(project, "srv", tool).await.expect("shape"));
     }
     shapes["thermo/now"] = json!(store.tool_shape(project, "thermo", "now").await.expect("shape"));
@@ -261,6 +276,7 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
     }
     json!({
         "wide": wide,
+        "dead_letters": store.dead_letters(project).await.expect("dead letters"),
         "servers": store.servers(project).await.expect("servers"),
         "per_server": servers,
         "tools": store.tools(project, 24, now).await.expect("tools"),
@@ -323,6 +339,8 @@ async fn direct(store: &dyn Store) -> Value {
             "cmd-thresholds": store.command_result("cmd-thresholds").await.expect("result"),
             "cmd-accept": store.command_result("cmd-accept").await.expect("result"),
             "cmd-unknown": store.command_result("cmd-unknown").await.expect("result"),
+            "cmd-forget-tool": store.command_result("cmd-forget-tool").await.expect("result"),
+            "cmd-forget-server": store.command_result("cmd-forget-server").await.expect("result"),
         },
     })
 }

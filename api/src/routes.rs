@@ -9,8 +9,8 @@ use axum::{Json, Router};
 use driftline_bus::{Message, Topic};
 #[allow(unused_imports)] // named in the OpenAPI annotations
 use driftline_schemas::api::{
-    AcceptResult, DriftImpact, ErrorBody, RecentCall, ReturnValueStats, ServerHealth, ShapeDriftList,
-    ThresholdsView, ToolSchema, ToolShape, ToolSummary,
+    AcceptResult, DeadLetterCount, DriftImpact, ErrorBody, RecentCall, ReturnValueStats, ServerHealth,
+    ShapeDriftList, ThresholdsView, ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{DetectorThresholds, OperatorCommand};
 #[allow(unused_imports)] // named in the OpenAPI annotations
@@ -47,6 +47,9 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(shape_drift))
         .routes(routes!(get_thresholds, put_thresholds))
         .routes(routes!(return_value_stats))
+        .routes(routes!(dead_letters))
+        .routes(routes!(forget_server))
+        .routes(routes!(forget_tool))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .route("/metrics", get(driftline_http::metrics::metrics))
@@ -161,10 +164,7 @@ async fn run_command(state: &ApiState, command: OperatorCommand) -> Answer {
     let payload = serde_json::to_vec(&command).map_err(|err| ApiError::bad_request(err.to_string()))?;
     // An acceptance rides the server's tool-list partition, in order with its lists and read by the
     // detector that owns the server; threshold changes concern every detector of the project.
-    let topic = match command {
-        OperatorCommand::AcceptBaseline { .. } => Topic::ToolLists,
-        OperatorCommand::SetThresholds { .. } => Topic::Commands,
-    };
+    let topic = command_topic(&command);
     state.producer.publish(vec![Message { topic, key: command.key(), payload }]).await?;
     let started = Instant::now();
     while started.elapsed() < state.command_wait {
@@ -177,6 +177,16 @@ async fn run_command(state: &ApiState, command: OperatorCommand) -> Answer {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     Ok((StatusCode::ACCEPTED, Json(json!({"command_id": id, "status": "pending"}))).into_response())
+}
+
+/// Where a command rides: a server's on its tool-list partition, a tool's on its span partition (each in
+/// order with the data it concerns, on the detector that owns it), a project's on the commands topic.
+fn command_topic(command: &OperatorCommand) -> Topic {
+    match command {
+        OperatorCommand::AcceptBaseline { .. } | OperatorCommand::ForgetServer { .. } => Topic::ToolLists,
+        OperatorCommand::ForgetTool { .. } => Topic::Spans,
+        OperatorCommand::SetThresholds { .. } => Topic::Commands,
+    }
 }
 
 fn command_id(state: &ApiState, kind: &str, key: &str) -> String {
@@ -219,6 +229,89 @@ async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(na
     let command =
         OperatorCommand::AcceptBaseline { id, project: who.project, server: name, accepted_by: who.name };
     run_command(&state, command).await
+}
+
+/// Frees a server's detector state (its baseline and newest list: the next list starts a new baseline,
+/// and its place in the project's `limits.max_servers_per_project`) and that of each of its tools the
+/// store knows (their places in `max_tools_per_project`). History stays: events, snapshots, calls.
+#[utoipa::path(delete, path = "/api/servers/{name}/state", tag = "health", params(("name" = String, Path, description = "Server name")),
+    responses((status = 200, description = "Applied: `forgotten` says whether the server had state; `tools` how many tools were asked to forget theirs"),
+        (status = 202, description = "Queued behind the data"), (status = 403, body = ErrorBody)))]
+async fn forget_server(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
+    let who = state.auth.authorize(&headers, Scope::Admin)?;
+    let name = server_name(&name)?;
+    let tools = state
+        .store
+        .tools(&who.project, 720, (state.clock)())
+        .await
+        .map_err(ApiError::store_unavailable)?
+        .into_iter()
+        .filter(|tool| tool.server == *name)
+        .filter_map(|tool| driftline_schemas::ToolName::parse(tool.tool).ok())
+        .collect::<Vec<_>>();
+    let count = tools.len();
+    let messages = tools
+        .into_iter()
+        .map(|tool| {
+            let key = format!("{}/{name}/{tool}", who.project);
+            let command = OperatorCommand::ForgetTool {
+                id: command_id(&state, "forget", &key),
+                project: who.project.clone(),
+                server: name.clone(),
+                tool,
+                by: who.name.clone(),
+            };
+            let payload =
+                serde_json::to_vec(&command).map_err(|err| ApiError::bad_request(err.to_string()))?;
+            Ok(Message { topic: Topic::Spans, key: command.key(), payload })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    if !messages.is_empty() {
+        state.producer.publish(messages).await?;
+    }
+    let id = command_id(&state, "forget", &format!("{}/{name}", who.project));
+    let command = OperatorCommand::ForgetServer { id, project: who.project, server: name, by: who.name };
+    let answer = run_command(&state, command).await?;
+    if answer.status() != StatusCode::OK {
+        return Ok(answer);
+    }
+    let body = axum::body::to_bytes(answer.into_body(), 1 << 20)
+        .await
+        .map_err(|err| ApiError::bad_request(err.to_string()))?;
+    let mut result: Value = serde_json::from_slice(&body).unwrap_or_else(|_| json!({}));
+    result["tools"] = json!(count);
+    ok(result)
+}
+
+/// Frees a tool's detector state (its return-shape window and contract check; its next call starts
+/// them anew) and its place in the project's `limits.max_tools_per_project`.
+#[utoipa::path(delete, path = "/api/tools/{server}/{tool}/state", tag = "tools",
+    params(("server" = String, Path, description = "Server name"), ("tool" = String, Path, description = "Tool name")),
+    responses((status = 200, description = "Applied: `forgotten` says whether the tool had state"), (status = 202, description = "Queued behind the data"),
+        (status = 403, body = ErrorBody)))]
+async fn forget_tool(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path((server, tool)): Path<(String, String)>,
+) -> Answer {
+    let who = state.auth.authorize(&headers, Scope::Admin)?;
+    let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
+    let id = command_id(&state, "forget", &format!("{}/{server}/{tool}", who.project));
+    run_command(&state, OperatorCommand::ForgetTool { id, project: who.project, server, tool, by: who.name })
+        .await
+}
+
+/// Records of the project the detector could not use, by kind: calls of tools beyond the project's
+/// limits among them (ingest acknowledged them before the detector could tell).
+#[utoipa::path(get, path = "/api/health/dead-letters", tag = "health",
+    responses((status = 200, description = "Counts by kind, with the newest reason", body = [DeadLetterCount])))]
+async fn dead_letters(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
+    let who = state.auth.authorize(&headers, Scope::Read)?;
+    ok(state.store.dead_letters(&who.project).await.map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/api/servers/{name}/tools", tag = "tools", params(("name" = String, Path, description = "Server name")),

@@ -132,10 +132,22 @@ const contractState = (state) => (state
   : h('span', { class: 'muted' }, '—'));
 const probeLatency = (s) => (typeof s.latency_ms === 'number' ? `${Math.round(s.latency_ms)} ms` : '—');
 
+// Records the detector could not use, by kind — calls of tools beyond the project's limits among them:
+// ingest answered 202 for those before the detector could tell, so the server list says so.
+function deadLetterNotice(counts) {
+  if (!counts || counts.length === 0) return null;
+  return h('div', { class: 'dead-letters', id: 'dead-letters', role: 'status' },
+    h('strong', {}, 'Not tracked by the detector'),
+    counts.map((c) => h('div', { 'data-kind': c.kind },
+      `${c.count} record${c.count === 1 ? '' : 's'} (${c.kind.replace(/_/g, ' ')}), the last ${when(c.last_at)}: ${c.last_reason}`)));
+}
+
 async function serversPage() {
-  const servers = await get('/api/health/servers');
+  const [servers, dead] = await Promise.all([
+    get('/api/health/servers'), get('/api/health/dead-letters').catch(() => [])]);
+  const notice = deadLetterNotice(dead);
   if (servers.length === 0) {
-    return [h('h1', {}, 'Servers'), emptyBox(
+    return [h('h1', {}, 'Servers'), notice, emptyBox(
       'No MCP servers yet. Send a server\'s tool list and driftline keeps it as the baseline:',
       'curl -X PUT http://127.0.0.1:8000/api/servers/my-server/tools -H "Content-Type: application/json" -d @tools.json',
       'Then send tool-call spans to POST /v1/spans, or run `make demo` to see a scripted scenario.',
@@ -159,6 +171,7 @@ async function serversPage() {
   const healthy = servers.filter((s) => s.status === 'UP').length;
   return [
     h('h1', {}, 'Servers'),
+    notice,
     h('p', {}, `${healthy}/${servers.length} servers healthy`),
     h('div', { class: 'table-wrap' }, h('table', { id: 'servers' },
       h('thead', {}, h('tr', {}, ['Server', 'Status', 'Schema hash', 'Tools', 'Probe', 'Last seen', 'Open drift'].map((t, i) =>

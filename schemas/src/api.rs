@@ -248,6 +248,41 @@ pub struct ContractReport {
     pub signal_groups: Vec<SignalGroup>,
 }
 
+/// Records of a project the detector could not use, by kind of refusal (`GET /api/health/dead-letters`,
+/// the dashboard's overview, `driftline health`): a client whose calls are dropped for a limit learns it
+/// here, since ingest acknowledged them before the detector could tell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DeadLetterCount {
+    /// `tool_limit`, `server_limit`, `list_limit`, `quarantined` or `unusable`.
+    pub kind: String,
+    pub count: u64,
+    pub last_at: Timestamp,
+    /// The newest refusal's reason, as the dead letter carries it.
+    pub last_reason: String,
+}
+
+impl DeadLetterCount {
+    /// Counts of one kind summed (several input streams keep their own), the newest reason kept.
+    pub fn merge(counts: impl IntoIterator<Item = DeadLetterCount>) -> Vec<DeadLetterCount> {
+        let mut merged: std::collections::BTreeMap<String, DeadLetterCount> = Default::default();
+        for count in counts {
+            match merged.get_mut(&count.kind) {
+                Some(held) => {
+                    held.count += count.count;
+                    if count.last_at > held.last_at {
+                        held.last_at = count.last_at;
+                        held.last_reason = count.last_reason;
+                    }
+                }
+                None => {
+                    merged.insert(count.kind.clone(), count);
+                }
+            }
+        }
+        merged.into_values().collect()
+    }
+}
+
 /// One stored call, as the drill-down into a tool's raw calls lists it (newest first).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RecentCall {

@@ -1,28 +1,67 @@
 use serde::{Deserialize, Serialize};
 
-use crate::{DetectorThresholds, ProjectName, ServerKey, ServerName};
+use crate::{DetectorThresholds, ProjectName, ServerKey, ServerName, ToolKey, ToolName};
 
 /// An operator command, published to the `commands` topic so that the detector owning the key applies
 /// it in order with the data (DESIGN.md §1). Key: `project/server` for a server, `project` otherwise.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OperatorCommand {
-    AcceptBaseline { id: String, project: ProjectName, server: ServerName, accepted_by: String },
-    SetThresholds { id: String, project: ProjectName, thresholds: DetectorThresholds },
+    AcceptBaseline {
+        id: String,
+        project: ProjectName,
+        server: ServerName,
+        accepted_by: String,
+    },
+    SetThresholds {
+        id: String,
+        project: ProjectName,
+        thresholds: DetectorThresholds,
+    },
+    /// Drops a server's detector state (its baseline and newest list; the next list starts a new
+    /// baseline): it rides the server's tool-list partition, so the detector owning the server applies it.
+    ForgetServer {
+        id: String,
+        project: ProjectName,
+        server: ServerName,
+        by: String,
+    },
+    /// Drops a tool's detector state (its return-shape window and contract check): it rides the tool's
+    /// span partition, in order with its calls.
+    ForgetTool {
+        id: String,
+        project: ProjectName,
+        server: ServerName,
+        tool: ToolName,
+        by: String,
+    },
 }
 
 impl OperatorCommand {
     pub fn id(&self) -> &str {
         match self {
-            OperatorCommand::AcceptBaseline { id, .. } | OperatorCommand::SetThresholds { id, .. } => id,
+            OperatorCommand::AcceptBaseline { id, .. }
+            | OperatorCommand::SetThresholds { id, .. }
+            | OperatorCommand::ForgetServer { id, .. }
+            | OperatorCommand::ForgetTool { id, .. } => id,
         }
+    }
+
+    /// Whether a record on the spans topic may be a command about a tool (then it is read as one first;
+    /// a record that does not read as a command is read as a span).
+    pub fn may_be_tool_command(payload: &[u8]) -> bool {
+        memchr::memmem::find(payload, br#""command":"forget_tool""#).is_some()
     }
 
     /// The bus key: the server's key, or the project's name for a project-wide command.
     pub fn key(&self) -> String {
         match self {
-            OperatorCommand::AcceptBaseline { project, server, .. } => {
+            OperatorCommand::AcceptBaseline { project, server, .. }
+            | OperatorCommand::ForgetServer { project, server, .. } => {
                 ServerKey::new(project.clone(), server.clone()).to_string()
+            }
+            OperatorCommand::ForgetTool { project, server, tool, .. } => {
+                ToolKey { project: project.clone(), server: server.clone(), tool: tool.clone() }.to_string()
             }
             OperatorCommand::SetThresholds { project, .. } => project.to_string(),
         }

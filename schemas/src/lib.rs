@@ -26,7 +26,7 @@ pub use log_budget::LogBudget;
 pub use names::{KeyError, KeyLimits, NameError, ProjectName, ServerKey, ServerName, ToolKey, ToolName};
 pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES, TOP_SECURITY_FLAGS};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason, SignalKind};
-pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan};
+pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan, MAX_ID_BYTES};
 pub use thresholds::{BaselinePolicy, DetectorThresholds, SecurityHold, ThresholdError};
 pub use time::Timestamp;
 pub use tool_drift::{

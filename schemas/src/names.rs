@@ -195,16 +195,19 @@ pub struct ToolKey {
 
 /// Servers and tools one project may hold detector state for in one detector process
 /// (`limits.max_servers_per_project`, `limits.max_tools_per_project`): every key seen keeps state in memory,
-/// and a key is made by whoever names it.
+/// and a key is made by whoever names it. `state_bytes` (`limits.max_state_bytes_per_project`) bounds
+/// the tools' state in bytes: a project holds at most as many tools as fit it at their worst case under
+/// the project's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyLimits {
     pub servers: usize,
     pub tools: usize,
+    pub state_bytes: u64,
 }
 
 impl Default for KeyLimits {
     fn default() -> Self {
-        KeyLimits { servers: 2_000, tools: 20_000 }
+        KeyLimits { servers: 2_000, tools: 20_000, state_bytes: 1 << 30 }
     }
 }
 

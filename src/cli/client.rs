@@ -10,7 +10,8 @@ use anyhow::Context;
 use clap::Args;
 use comfy_table::{presets, Table};
 use driftline_schemas::api::{
-    AcceptResult, ContractReport, ContractState, DriftImpact, ServerHealth, ThresholdsView, ToolSchema,
+    AcceptResult, ContractReport, ContractState, DeadLetterCount, DriftImpact, ServerHealth, ThresholdsView,
+    ToolSchema,
 };
 use driftline_schemas::{
     BaselinePolicy, Classification, EventStatus, SchemaChange, SchemaDriftEvent, ServerStatus, ServerSurfaces,
@@ -96,6 +97,15 @@ impl Api {
         serde_json::from_value(body).with_context(|| format!("unexpected answer from GET {path}"))
     }
 
+    pub fn delete(&self, path: &str) -> anyhow::Result<(u16, Value)> {
+        // Keyless servers take no request a cross-site form could send: name the JSON type, as for POST.
+        let mut request = self.agent.delete(self.url(path)).header("Content-Type", "application/json");
+        if let Some(key) = &self.connection.api_key {
+            request = request.header("Authorization", format!("Bearer {key}"));
+        }
+        self.finish(&format!("DELETE {path}"), request.call())
+    }
+
     pub fn send(&self, method: &str, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
         // Spans and tool lists go to ingest; operator commands (POST under /api) to the API.
         let ingest = path.starts_with("/v1/") || (method == "PUT" && path.ends_with("/tools"));
@@ -125,7 +135,12 @@ pub fn health(api: &Api, server: Option<&str>) -> anyhow::Result<ExitCode> {
     let healthy = servers.iter().filter(|s| s.status == ServerStatus::Up).count();
     match api.format() {
         Format::Json => print_json(&servers)?,
-        Format::Text => println!("{}", health_table(&servers)),
+        Format::Text => {
+            println!("{}", health_table(&servers));
+            // What the detector could not use: calls of tools beyond a limit among them.
+            let dead: Vec<DeadLetterCount> = api.get("/api/health/dead-letters")?;
+            print!("{}", dead_letter_lines(&dead));
+        }
     }
     Ok(ExitCode::from(if healthy == servers.len() { EXIT_OK } else { EXIT_DRIFT }))
 }
@@ -171,6 +186,53 @@ pub fn health_table(servers: &[ServerHealth]) -> String {
     }
     let healthy = servers.iter().filter(|s| s.status == ServerStatus::Up).count();
     format!("{table}\n{healthy}/{} servers healthy", servers.len())
+}
+
+/// A line per kind of record the detector refused, with the newest reason; nothing when there are none.
+pub fn dead_letter_lines(counts: &[DeadLetterCount]) -> String {
+    counts
+        .iter()
+        .map(|count| {
+            format!(
+                "not tracked: {} record{} ({}), the last at {}: {}\n",
+                count.count,
+                if count.count == 1 { "" } else { "s" },
+                count.kind.replace('_', " "),
+                count.last_at,
+                count.last_reason
+            )
+        })
+        .collect()
+}
+
+/// Frees the detector state of a server (and its tools) or of one tool (admin key).
+pub fn forget(api: &Api, server: &str, tool: Option<&str>) -> anyhow::Result<ExitCode> {
+    let path = match tool {
+        Some(tool) => format!("/api/tools/{}/{}/state", query_value(server), query_value(tool)),
+        None => format!("/api/servers/{}/state", query_value(server)),
+    };
+    let (status, body) = api.delete(&path)?;
+    let what = tool.map_or_else(|| server.to_owned(), |tool| format!("{server}/{tool}"));
+    match api.format() {
+        Format::Json => print_json(&body)?,
+        Format::Text if status == 202 => {
+            println!("Forgetting {what} is queued; it applies in order with the data.")
+        }
+        Format::Text => {
+            let held = body.get("forgotten").and_then(Value::as_bool).unwrap_or(false);
+            let tools = body.get("tools").and_then(Value::as_u64);
+            match (held, tools) {
+                (true, _) => {
+                    println!("Forgot the detector state of {what}; it starts afresh when seen again.")
+                }
+                (false, _) => println!("No detector state held for {what}."),
+            }
+            if let Some(tools) = tools.filter(|&n| n > 0) {
+                println!("Asked to forget {tools} tool{} of {server}.", if tools == 1 { "" } else { "s" });
+            }
+        }
+    }
+    Ok(ExitCode::from(EXIT_OK))
 }
 
 /// The newest drift event of a server as a structural diff, with the agents each change affects.

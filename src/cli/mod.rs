@@ -125,6 +125,14 @@ enum Command {
         #[command(flatten)]
         connection: client::Connection,
     },
+    /// Free the detector state of a server and its tools, or of one tool (admin key): a project at its
+    /// limits recovers the room, and what is forgotten starts a new baseline when seen again.
+    Forget {
+        server: String,
+        tool: Option<String>,
+        #[command(flatten)]
+        connection: client::Connection,
+    },
     /// A tool's declared output schema next to what it returns (exit 1 while its returns mostly mismatch).
     Contract {
         server: String,
@@ -293,6 +301,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client::drift_accept(&client::Api::new(connection), &server)
         }
         Command::Schema { server, connection } => client::schema(&client::Api::new(connection), &server),
+        Command::Forget { server, tool, connection } => {
+            client::forget(&client::Api::new(connection), &server, tool.as_deref())
+        }
         Command::Contract { server, tool, connection } => {
             client::contract(&client::Api::new(connection), &server, &tool)
         }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use clickhouse::{Client, Row};
 use driftline_schemas::api::{
-    CallBucket, DriftImpact, RecentCall, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape,
-    ToolSummary,
+    CallBucket, DeadLetterCount, DriftImpact, RecentCall, ReturnValueStats, ServerHealth, SignalGroup,
+    ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
@@ -25,8 +25,8 @@ use crate::retention;
 use crate::rollup::{self, Rollup, RollupKey};
 use crate::views::{self, ms, name, parse_name, since, text, timestamp};
 use crate::{
-    Batch, BucketQuery, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume,
-    StoreError, StoredToolList, Streams,
+    Batch, BucketQuery, DetectorState, DetectorStore, Forgotten, ImpactQuery, NotificationStore, QueryStore,
+    Resume, StoreError, StoredToolList, Streams,
 };
 
 /// Migrations in order; the version is the position (1-based).
@@ -577,6 +577,34 @@ async fn try_all(inserts: Vec<Insert<'_>>) -> Result<(), StoreError> {
 }
 
 impl ClickHouseStore {
+    /// Removes the rows that show forgotten keys (lightweight deletes: masked at once, gone with their
+    /// parts' next merge); rows written later (the key seen again) are not touched.
+    async fn forget_views(&self, forgotten: &[Forgotten]) -> Result<(), StoreError> {
+        for forgotten in forgotten {
+            match forgotten {
+                Forgotten::Tool(tool) => {
+                    self.client
+                        .query("DELETE FROM tool_shapes WHERE project = ? AND server = ? AND tool = ?")
+                        .bind(tool.project.as_str())
+                        .bind(tool.server.as_str())
+                        .bind(tool.tool.as_str())
+                        .execute()
+                        .await?;
+                }
+                Forgotten::Server(server) => {
+                    for table in ["servers", "tool_schemas"] {
+                        self.client
+                            .query(&format!("DELETE FROM {table} WHERE project = ? AND server_name = ?"))
+                            .bind(server.project.as_str())
+                            .bind(server.server.as_str())
+                            .execute()
+                            .await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
     /// Connects to an already migrated database; fails with a hint when the tables are missing.
     pub async fn connect(settings: &ClickHouseSettings) -> Result<Self, StoreError> {
         let store = ClickHouseStore { client: client(settings)?.with_database(&settings.database) };
@@ -848,6 +876,9 @@ impl DetectorStore for ClickHouseStore {
         ])
         .await?;
 
+        // Forgotten keys' rows go after the batch's own (a row it wrote for a key it then forgot too).
+        self.forget_views(&batch.forgotten).await?;
+
         // Last, in one insert: the state and the positions that the outputs above include.
         let mut state: Vec<StateRow> = batch
             .states
@@ -866,6 +897,12 @@ impl DetectorStore for ClickHouseStore {
             key: stream.to_string(),
             stream: *stream,
             state: offset.to_string(),
+        }));
+        // A forgotten key's state is replaced by an empty one (resume skips those), in the insert of the
+        // positions: forgetting is stored exactly when the batch is.
+        state.extend(batch.forgotten.iter().map(|forgotten| {
+            let (kind, key) = forgotten.state_key();
+            StateRow { consumer: CONSUMER.into(), kind: kind.into(), key, stream: 0, state: String::new() }
         }));
         let state = last_per_key(state, |s| (s.kind.clone(), s.key.clone()));
         self.insert("detector_state", &state).await
@@ -969,11 +1006,11 @@ impl DetectorStore for ClickHouseStore {
         let query = match streams {
             Streams::All => self
                 .client
-                .query("SELECT ?fields FROM detector_state FINAL WHERE consumer = ?")
+                .query("SELECT ?fields FROM detector_state FINAL WHERE consumer = ? AND state != ''")
                 .bind(CONSUMER),
             Streams::Only(streams) => self
                 .client
-                .query("SELECT ?fields FROM detector_state FINAL WHERE consumer = ? AND stream IN ?")
+                .query("SELECT ?fields FROM detector_state FINAL WHERE consumer = ? AND stream IN ? AND state != ''")
                 .bind(CONSUMER)
                 .bind(streams),
         };
@@ -1387,6 +1424,21 @@ impl QueryStore for ClickHouseStore {
             .fetch_optional()
             .await?;
         json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
+    }
+
+    async fn dead_letters(&self, project: &str) -> Result<Vec<DeadLetterCount>, StoreError> {
+        let states: Vec<String> = self
+            .client
+            .query(
+                "SELECT state FROM detector_state FINAL
+                 WHERE consumer = ? AND kind = ? AND startsWith(key, ?) AND state != ''",
+            )
+            .bind(CONSUMER)
+            .bind(crate::DEAD_LETTER_STATE)
+            .bind(format!("{project}/"))
+            .fetch_all()
+            .await?;
+        Ok(crate::dead_letter_counts(states))
     }
 
     async fn return_value_stats(

@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use driftline_bus::Positions;
 use driftline_schemas::api::{
-    CallBucket, DriftImpact, OutcomeCounts, RecentCall, ReturnValueStats, ServerHealth, ShapeState,
-    SignalGroup, ToolSchema, ToolShape, ToolSummary,
+    CallBucket, DeadLetterCount, DriftImpact, OutcomeCounts, RecentCall, ReturnValueStats, ServerHealth,
+    ShapeState, SignalGroup, ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
@@ -124,11 +124,45 @@ pub struct Batch {
     pub applied_commands: Vec<(String, Timestamp, Value)>,
     /// New drift events and DOWN/UP transitions, for the notifier.
     pub notifications: Vec<Notification>,
+    /// Keys whose detector state is dropped (expired, or freed by an admin), with the rows that show it
+    /// (a tool's shape view; a server's health row and current tools). History stays: events, signals,
+    /// snapshots, calls. Applied after the batch's other rows; a key forgotten and then seen again in
+    /// the same batch is not in it.
+    pub forgotten: Vec<Forgotten>,
+}
+
+/// `detector_state`'s kind of the dead-letter counts: key `project/kind/stream`, state a
+/// [`DeadLetterCount`] as JSON.
+pub const DEAD_LETTER_STATE: &str = "dead_letters";
+
+/// Reads stored dead-letter count rows of one project (rows that do not read are skipped: only a view).
+pub fn dead_letter_counts(states: impl IntoIterator<Item = String>) -> Vec<DeadLetterCount> {
+    DeadLetterCount::merge(states.into_iter().filter_map(|state| serde_json::from_str(&state).ok()))
+}
+
+/// A key whose detector state a batch drops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Forgotten {
+    Server(driftline_schemas::ServerKey),
+    Tool(ToolKey),
+}
+
+impl Forgotten {
+    /// `detector_state`'s kind and key of it.
+    pub fn state_key(&self) -> (&'static str, String) {
+        match self {
+            Forgotten::Server(key) => ("server", key.to_string()),
+            Forgotten::Tool(key) => ("tool", key.to_string()),
+        }
+    }
 }
 
 impl Batch {
     pub fn is_empty(&self) -> bool {
-        self.positions.is_empty() && self.states.is_empty() && self.applied_commands.is_empty()
+        self.positions.is_empty()
+            && self.states.is_empty()
+            && self.applied_commands.is_empty()
+            && self.forgotten.is_empty()
     }
 }
 
@@ -285,6 +319,8 @@ pub trait QueryStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Vec<SignalGroup>, StoreError>;
     async fn thresholds(&self, project: &str) -> Result<Option<DetectorThresholds>, StoreError>;
+    /// The project's dead letters by kind (the detector keeps them as `dead_letters` state rows).
+    async fn dead_letters(&self, project: &str) -> Result<Vec<DeadLetterCount>, StoreError>;
     async fn return_value_stats(
         &self,
         project: &str,

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use driftline_schemas::api::{
-    CallBucket, DriftImpact, RecentCall, ReturnValueStats, ServerHealth, SignalGroup, ToolSchema, ToolShape,
-    ToolSummary,
+    CallBucket, DeadLetterCount, DriftImpact, RecentCall, ReturnValueStats, ServerHealth, SignalGroup,
+    ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
@@ -22,8 +22,8 @@ use crate::retention;
 use crate::rollup::{self, Rollup, RollupKey};
 use crate::views::{self, ms, name, parse_name, text, timestamp};
 use crate::{
-    Batch, BucketQuery, DetectorState, DetectorStore, ImpactQuery, NotificationStore, QueryStore, Resume,
-    StoreError, StoredToolList, Streams,
+    Batch, BucketQuery, DetectorState, DetectorStore, Forgotten, ImpactQuery, NotificationStore, QueryStore,
+    Resume, StoreError, StoredToolList, Streams,
 };
 
 /// Migrations in order; the version is the position (1-based).
@@ -122,6 +122,36 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
         connection.execute_batch(&format!(
             "BEGIN; {sql}; INSERT INTO schema_migrations (version, applied_at) VALUES ({version}, 0); COMMIT;"
         ))?;
+    }
+    Ok(())
+}
+
+/// Removes forgotten keys' state and the rows that show them — after the batch's other rows, so a row the
+/// batch itself wrote for a key it then forgot goes too.
+fn forget(transaction: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
+    for forgotten in &batch.forgotten {
+        let (kind, key) = forgotten.state_key();
+        transaction
+            .prepare_cached("DELETE FROM detector_state WHERE kind = ?1 AND key = ?2")?
+            .execute(params![kind, key])?;
+        match forgotten {
+            Forgotten::Tool(tool) => {
+                transaction
+                    .prepare_cached(
+                        "DELETE FROM tool_shapes WHERE project = ?1 AND server = ?2 AND tool = ?3",
+                    )?
+                    .execute(params![tool.project.as_str(), tool.server.as_str(), tool.tool.as_str()])?;
+            }
+            Forgotten::Server(server) => {
+                for table in ["servers", "tool_schemas"] {
+                    transaction
+                        .prepare_cached(&format!(
+                            "DELETE FROM {table} WHERE project = ?1 AND server_name = ?2"
+                        ))?
+                        .execute(params![server.project.as_str(), server.server.as_str()])?;
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -594,6 +624,7 @@ impl DetectorStore for SqliteStore {
         Self::with(&self.writer, move |connection| {
             let transaction = connection.transaction()?;
             write_batch(&transaction, &batch)?;
+            forget(&transaction, &batch)?;
             transaction.commit()?;
             Ok(())
         })
@@ -1048,6 +1079,21 @@ impl QueryStore for SqliteStore {
                 })
                 .optional()?;
             json.map(|j| serde_json::from_str(&j).map_err(StoreError::from)).transpose()
+        })
+        .await
+    }
+
+    async fn dead_letters(&self, project: &str) -> Result<Vec<DeadLetterCount>, StoreError> {
+        // Keys `project/kind/stream`: a range of the primary key (no project name holds a `/`).
+        let (from, to) = (format!("{project}/"), format!("{project}0"));
+        self.read(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT state FROM detector_state WHERE kind = ?1 AND key >= ?2 AND key < ?3",
+            )?;
+            let states = select
+                .query_map(params![crate::DEAD_LETTER_STATE, from, to], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(crate::dead_letter_counts(states))
         })
         .await
     }

@@ -235,6 +235,16 @@ impl Client {
         let mut request = match method {
             "POST" => self.agent.post(url),
             "PUT" => self.agent.put(url),
+            "DELETE" => {
+                let mut request = self.agent.delete(url);
+                for (name, value) in headers {
+                    request = request.header(*name, *value);
+                }
+                if let Some(auth) = self.auth() {
+                    request = request.header("Authorization", auth);
+                }
+                return Self::finish(request.call());
+            }
             other => panic!("method {other}"),
         };
         for (name, value) in headers {
@@ -891,6 +901,21 @@ pub fn metric_value(metrics: &str, name: &str) -> Option<f64> {
         let value = rest.strip_prefix(' ').or_else(|| rest.split_once("} ").map(|(_, v)| v))?;
         value.trim().parse().ok()
     })
+}
+
+/// The sum of every series of a metric (whatever its labels); `None` when it has none.
+pub fn metric_sum(metrics: &str, name: &str) -> Option<f64> {
+    let values: Vec<f64> = metrics
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let value = rest
+                .strip_prefix(' ')
+                .or_else(|| rest.strip_prefix('{')?.split_once("} ").map(|(_, v)| v))?;
+            value.trim().parse().ok()
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
 }
 
 /// Calls stored, over every tool.

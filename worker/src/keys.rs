@@ -49,15 +49,43 @@ impl KeysHeld {
         })
     }
 
-    /// Whether `key`'s project has room for one more tool (`key` not held yet); the refusal names the limit.
-    pub fn room_for_tool(&self, key: &ToolKey, limits: KeyLimits) -> Result<(), String> {
-        room(&self.tools, &key.project, limits.tools).map_err(|held| {
+    /// Whether `key`'s project has room for one more tool (`key` not held yet), each tool of it holding up
+    /// to `per_tool` bytes at its settings; the refusal names the limit that binds.
+    pub fn room_for_tool(&self, key: &ToolKey, limits: KeyLimits, per_tool: u64) -> Result<(), String> {
+        let by_bytes = tools_within(limits.state_bytes, per_tool);
+        room(&self.tools, &key.project, limits.tools.min(by_bytes)).map_err(|held| {
             let tool: String = key.tool.as_str().chars().take(100).collect();
+            let limit = match by_bytes < limits.tools {
+                true => format!(
+                    "limits.max_state_bytes_per_project = {} at up to {per_tool} bytes a tool under the project's history_window and tool_return_value_max_bytes",
+                    limits.state_bytes
+                ),
+                false => format!("limits.max_tools_per_project = {}", limits.tools),
+            };
             format!(
-                "project {} already has detector state for {held} tools (limits.max_tools_per_project = {}): tool {tool} of server {} is not tracked",
-                key.project, limits.tools, key.server
+                "project {} already has detector state for {held} tools ({limit}): tool {tool} of server {} is not tracked",
+                key.project, key.server
             )
         })
+    }
+
+    /// Tools `project` holds state for.
+    pub fn tools_of(&self, project: &ProjectName) -> usize {
+        self.tools.get(project).copied().unwrap_or(0)
+    }
+
+    /// A server's state was dropped (freed by an admin).
+    pub fn server_removed(&mut self, key: &ServerKey) {
+        if let Some(count) = self.servers.get_mut(&key.project) {
+            *count = count.saturating_sub(1);
+        }
+    }
+
+    /// A tool's state was dropped (expired, or freed by an admin).
+    pub fn tool_removed(&mut self, key: &ToolKey) {
+        if let Some(count) = self.tools.get_mut(&key.project) {
+            *count = count.saturating_sub(1);
+        }
     }
 
     pub fn server_added(&mut self, key: &ServerKey) {
@@ -67,6 +95,11 @@ impl KeysHeld {
     pub fn tool_added(&mut self, key: &ToolKey) {
         *self.tools.entry(key.project.clone()).or_default() += 1;
     }
+}
+
+/// How many tools of `per_tool` bytes each fit `budget`.
+pub fn tools_within(budget: u64, per_tool: u64) -> usize {
+    usize::try_from(budget / per_tool.max(1)).unwrap_or(usize::MAX)
 }
 
 /// `Err` with what `project` holds when that is `max` already.
@@ -91,22 +124,22 @@ mod tests {
 
     #[test]
     fn each_project_adds_keys_up_to_its_own_limit() {
-        let limits = KeyLimits { servers: 1, tools: 2 };
+        let limits = KeyLimits { servers: 1, tools: 2, state_bytes: u64::MAX };
         let mut held = KeysHeld::default();
         for name in ["a", "b"] {
             // Checking counts nothing: only an added key takes room.
-            assert_eq!(held.room_for_tool(&tool("p", name), limits), Ok(()));
-            assert_eq!(held.room_for_tool(&tool("p", name), limits), Ok(()));
+            assert_eq!(held.room_for_tool(&tool("p", name), limits, 1), Ok(()));
+            assert_eq!(held.room_for_tool(&tool("p", name), limits, 1), Ok(()));
             held.tool_added(&tool("p", name));
         }
-        let refused = held.room_for_tool(&tool("p", "c"), limits).expect_err("a third tool of p");
+        let refused = held.room_for_tool(&tool("p", "c"), limits, 1).expect_err("a third tool of p");
         assert!(
             refused.contains("limits.max_tools_per_project = 2") && refused.contains("tool c"),
             "{refused}"
         );
         assert!(refused.contains("state for 2 tools"), "{refused}");
         // Another project has a budget of its own.
-        assert_eq!(held.room_for_tool(&tool("q", "c"), limits), Ok(()));
+        assert_eq!(held.room_for_tool(&tool("q", "c"), limits, 1), Ok(()));
         held.server_added(&server("p", "s1"));
         let refused = held.room_for_server(&server("p", "s2"), limits).expect_err("a second server of p");
         assert!(refused.contains("limits.max_servers_per_project = 1"), "{refused}");
@@ -115,25 +148,51 @@ mod tests {
 
     #[test]
     fn a_recount_starts_from_what_memory_holds() {
-        let limits = KeyLimits { servers: 1, tools: 2 };
+        let limits = KeyLimits { servers: 1, tools: 2, state_bytes: u64::MAX };
         let mut held = KeysHeld::default();
         let tools = [tool("p", "a"), tool("p", "b"), tool("p", "c")];
         // Restored beyond the limit (lowered since): kept, and nothing new admitted.
         held.recount([&server("p", "s")], &tools);
-        assert!(held.room_for_tool(&tool("p", "d"), limits).is_err());
+        assert!(held.room_for_tool(&tool("p", "d"), limits, 1).is_err());
         assert!(held.room_for_server(&server("p", "t"), limits).is_err());
         held.recount([], &tools[..1]);
-        assert_eq!(held.room_for_tool(&tool("p", "d"), limits), Ok(()));
+        assert_eq!(held.room_for_tool(&tool("p", "d"), limits, 1), Ok(()));
         held.tool_added(&tool("p", "d"));
-        assert!(held.room_for_tool(&tool("p", "e"), limits).is_err());
+        assert!(held.room_for_tool(&tool("p", "e"), limits, 1).is_err());
         assert_eq!(held.room_for_server(&server("p", "t"), limits), Ok(()));
     }
 
     #[test]
+    fn a_projects_byte_budget_admits_as_many_tools_as_fit_at_their_worst_case() {
+        let limits = KeyLimits { servers: 10, tools: 5, state_bytes: 1000 };
+        let mut held = KeysHeld::default();
+        for name in ["a", "b", "c"] {
+            assert_eq!(held.room_for_tool(&tool("p", name), limits, 300), Ok(()));
+            held.tool_added(&tool("p", name));
+        }
+        let refused =
+            held.room_for_tool(&tool("p", "d"), limits, 300).expect_err("1000 B hold three tools of 300");
+        assert!(
+            refused.contains("limits.max_state_bytes_per_project = 1000 at up to 300 bytes a tool"),
+            "{refused}"
+        );
+        // Smaller tools (a project with a narrower window): the tool count binds again.
+        assert_eq!(held.room_for_tool(&tool("p", "d"), limits, 100), Ok(()));
+        held.tool_added(&tool("p", "d"));
+        held.tool_added(&tool("p", "e"));
+        let refused = held.room_for_tool(&tool("p", "f"), limits, 100).expect_err("five tools");
+        assert!(refused.contains("limits.max_tools_per_project = 5"), "{refused}");
+        // A tool dropped makes room for one more.
+        held.tool_removed(&tool("p", "a"));
+        assert_eq!(held.tools_of(&"p".parse().expect("a project")), 4);
+        assert_eq!(held.room_for_tool(&tool("p", "f"), limits, 100), Ok(()));
+    }
+
+    #[test]
     fn a_refusal_quotes_a_bounded_part_of_the_name() {
-        let limits = KeyLimits { servers: 1, tools: 0 };
+        let limits = KeyLimits { servers: 1, tools: 0, state_bytes: u64::MAX };
         let long = "x".repeat(256);
-        let refused = KeysHeld::default().room_for_tool(&tool("p", &long), limits).expect_err("no room");
+        let refused = KeysHeld::default().room_for_tool(&tool("p", &long), limits, 1).expect_err("no room");
         assert!(refused.len() < 300, "{refused}");
     }
 }

@@ -4,12 +4,15 @@
 //! This is glue at the edge: detection itself lives in `driftline-detectors` and knows nothing of the bus
 //! or the store.
 
+mod dead_letters;
 pub mod expiry;
 pub mod keys;
 mod metrics;
+pub mod refusal;
 pub mod tool_lists;
 
 use keys::{KeyLimits, KeysHeld};
+use refusal::{Refusal, RefusalKind};
 use tool_lists::ListTexts;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -32,8 +35,8 @@ use driftline_schemas::{
 };
 use driftline_store::rollup::RollupCache;
 use driftline_store::{
-    Batch, DetectorState, DetectorStore, EventUpdate, Resume, ServerRow, StoreError, StoredToolList, Streams,
-    ToolShapeRow,
+    Batch, DetectorState, DetectorStore, EventUpdate, Forgotten, Resume, ServerRow, StoreError,
+    StoredToolList, Streams, ToolShapeRow,
 };
 use serde_json::json;
 
@@ -65,6 +68,9 @@ pub struct WorkerSettings {
     pub max_batch_records: usize,
     /// Servers and tools one project may hold state for: a record that would add one more is a dead letter.
     pub keys: KeyLimits,
+    /// A tool without a call (or a declaration) for this long, in bus time, releases its state and its
+    /// place in its project's limits.
+    pub forget_unseen_tools_after: Duration,
 }
 
 /// The largest `max_batch_records` a configuration may set (the batch-size histogram's buckets reach it;
@@ -81,6 +87,7 @@ impl Default for WorkerSettings {
             tool_lists: driftline_schemas::ToolListLimits::default(),
             max_batch_records: 20_000,
             keys: KeyLimits::default(),
+            forget_unseen_tools_after: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
@@ -93,6 +100,11 @@ pub struct ToolState {
     pub shape: ToolShapeState,
     #[serde(default, skip_serializing_if = "no_contract")]
     pub contract: ToolContractState,
+    /// When the bus took the tool's last call or declaration: a tool unseen for
+    /// [`WorkerSettings::forget_unseen_tools_after`] is forgotten. State stored before it had none: such a
+    /// tool counts from the first sweep that sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<Timestamp>,
 }
 
 fn no_contract(contract: &ToolContractState) -> bool {
@@ -169,6 +181,10 @@ pub struct Worker<C> {
     list_texts: ListTexts,
     /// Rollup rows as stored (those written since the last reload, and those read before folding).
     rollups: RollupCache,
+    /// The bus time of the last sweep for tools unseen too long.
+    swept_at: Option<Timestamp>,
+    /// Dead letters per project and kind, stored with the batches that refused them.
+    dead_letter_counts: dead_letters::DeadLetterCounts,
     /// Per stream, the input position up to which its calls are in rollups (a `rollups` state row each,
     /// written with every batch). A stream whose stored position is past it was read by a driftline without
     /// rollups (before an upgrade, or beside it during a rolling one): its rollups are rebuilt from the
@@ -247,6 +263,8 @@ impl<C: Consumer> Worker<C> {
             list_texts: ListTexts::default(),
             rollups: RollupCache::default(),
             rollup_marks: BTreeMap::new(),
+            swept_at: None,
+            dead_letter_counts: Default::default(),
         };
         worker.reload().await?;
         Ok(worker)
@@ -286,6 +304,7 @@ impl<C: Consumer> Worker<C> {
         self.quarantined.clear();
         self.rollups.clear();
         self.rollup_marks.clear();
+        self.dead_letter_counts.clear();
         self.restore(resume)?;
         self.backfill_rollups().await?;
         self.consumer.rewind(&self.positions).await?;
@@ -313,6 +332,7 @@ impl<C: Consumer> Worker<C> {
                 ROLLUP_MARK => state.parse::<u64>().map_err(|err| err.to_string()).map(|offset| {
                     self.rollup_marks.insert(stream, offset);
                 }),
+                driftline_store::DEAD_LETTER_STATE => self.dead_letter_counts.restore(&key, stream, &state),
                 _ => Ok(()),
             };
             // One unreadable row must not stop every key: that key is quarantined, the rest resume.
@@ -357,6 +377,7 @@ impl<C: Consumer> Worker<C> {
         self.tool_streams.retain(|_, s| !revoked.contains(s));
         self.positions.retain(|s, _| !revoked.contains(s));
         self.rollup_marks.retain(|s, _| !revoked.contains(s));
+        self.dead_letter_counts.retain_streams(|s| !revoked.contains(&s));
         let resume = self.store.resume(Streams::Only(&change.assigned)).await?;
         self.restore(resume)?;
         self.backfill_rollups().await?;
@@ -426,12 +447,15 @@ impl<C: Consumer> Worker<C> {
         let mut declarations = Vec::new();
         // Memory runs ahead of the store until this batch is stored.
         self.stale = true;
+        if let Some(now) = records.iter().map(|r| r.appended_at).max() {
+            self.forget_unseen_tools(now, &mut batch, &mut dirty);
+        }
         let mut calls = self.read_calls(&records).await?;
         for (record, call) in records.iter().zip(calls.iter_mut()) {
             metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
-            if let Err(reason) = self.process(record, call.take(), &mut batch, &mut dirty, &mut declarations)
+            if let Err(refusal) = self.process(record, call.take(), &mut batch, &mut dirty, &mut declarations)
             {
-                dead.push(dead_letter(record, reason));
+                dead.push(dead_letter(record, refusal.reason));
             }
             batch.positions.insert(record.position.partition, record.position.offset);
         }
@@ -440,6 +464,7 @@ impl<C: Consumer> Worker<C> {
         // Every batch says up to where its streams' calls are in rollups, in the write of its positions.
         batch.states.extend(positions.iter().map(|(stream, offset)| rollup_mark(*stream, *offset)));
         self.flush_state(&mut batch, &dirty)?;
+        batch.states.extend(self.dead_letter_counts.take_changed());
         // Dead letters are durable before the position that skips them (a replay may publish one twice;
         // each names its source topic, partition and offset).
         let mut published = match (&self.dead_letter_sink, dead.is_empty()) {
@@ -710,6 +735,15 @@ impl<C: Consumer> Worker<C> {
         tracing::info!(positions = ?self.positions, "detector worker stopped");
     }
 
+    /// Bytes the tools of `project` hold in this worker (shape windows and contract checks, declarations
+    /// aside), and how many tools: what `limits.max_state_bytes_per_project` bounds at its worst case.
+    pub fn state_bytes(&self, project: &str) -> (u64, usize) {
+        let tools = self.tools.iter().filter(|(key, _)| key.project.as_str() == project);
+        tools.fold((0, 0), |(bytes, count), (_, state)| {
+            (bytes + (state.shape.size_bytes() + state.contract.size_bytes()) as u64, count + 1)
+        })
+    }
+
     fn thresholds_of(&self, project: &str) -> DetectorThresholds {
         self.thresholds.get(project).copied().unwrap_or(self.settings.thresholds)
     }
@@ -724,6 +758,11 @@ impl<C: Consumer> Worker<C> {
                 (record.topic == Topic::Spans).then(|| {
                     if OutputDeclaration::looks_like(&record.payload) {
                         return read_declaration(record);
+                    }
+                    if OperatorCommand::may_be_tool_command(&record.payload) {
+                        if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload) {
+                            return SpanRecord::Command(Box::new(command));
+                        }
                     }
                     self.read_call(record)
                         .and_then(|call| check_key(record, &call.key().to_string()).map(|()| call))
@@ -763,7 +802,7 @@ impl<C: Consumer> Worker<C> {
         Ok(calls)
     }
 
-    /// Runs the detectors over one record; Err(reason) when the record cannot be used (a dead letter).
+    /// Runs the detectors over one record; Err(refusal) when the record cannot be used (a dead letter).
     fn process(
         &mut self,
         record: &Delivered,
@@ -771,22 +810,32 @@ impl<C: Consumer> Worker<C> {
         batch: &mut Batch,
         dirty: &mut Dirty,
         declarations: &mut Vec<Message>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let quarantined = self.quarantined.get(&record.key);
         let outcome = if let Some(reason) = quarantined {
-            Err(format!("key {} is quarantined: {reason}; repair or delete that row", record.key))
+            Err(Refusal::new(
+                RefusalKind::Quarantined,
+                format!(
+                    "key {} is quarantined: {reason}; repair or delete that row, or forget the key",
+                    record.key
+                ),
+            ))
         } else {
             match record.topic {
                 // Tool lists, probe failures and baseline acceptances share the server's partition, so an
                 // acceptance applies in order with the lists, on the instance that owns the server.
                 Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
                     Ok(list) => check_key(record, &list.key().to_string())
+                        .map_err(Refusal::from)
                         .and_then(|()| self.room_for_server(&list.key()))
                         .and_then(|()| {
                             let surfaces = list.surfaces.as_ref();
                             let limits = self.settings.tool_lists;
-                            surfaces
-                                .map_or(Ok(()), |s| limits.check_surfaces(s).map_err(|err| err.to_string()))
+                            surfaces.map_or(Ok(()), |s| {
+                                limits
+                                    .check_surfaces(s)
+                                    .map_err(|err| Refusal::new(RefusalKind::ListLimit, err.to_string()))
+                            })
                         })
                         .and_then(|()| {
                             let (servers, key) = (&self.servers, list.key());
@@ -798,14 +847,16 @@ impl<C: Consumer> Worker<C> {
                     Err(err) => {
                         if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                             check_key(record, &failure.key().to_string())
+                                .map_err(Refusal::from)
                                 .and_then(|()| self.room_for_server(&failure.key()))
                                 .map(|()| self.probe_failure(&failure, record, batch, dirty))
                         } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload)
                         {
                             check_key(record, &command.key())
+                                .map_err(Refusal::from)
                                 .map(|()| self.command(command, record, batch, dirty, declarations))
                         } else {
-                            Err(format!("not a tool-list snapshot: {err}"))
+                            Err(Refusal::from(format!("not a tool-list snapshot: {err}")))
                         }
                     }
                 },
@@ -826,42 +877,56 @@ impl<C: Consumer> Worker<C> {
                     Some(SpanRecord::Declaration(declaration)) => self
                         .room_for_tool(&declaration.key())
                         .map(|()| self.declaration(&declaration, record, dirty)),
-                    Some(SpanRecord::Unusable(reason)) => Err(reason),
-                    None => Err("span record not read".to_owned()),
+                    Some(SpanRecord::Command(command)) => check_key(record, &command.key())
+                        .map_err(Refusal::from)
+                        .map(|()| self.command(*command, record, batch, dirty, declarations)),
+                    Some(SpanRecord::Unusable(reason)) => Err(Refusal::from(reason)),
+                    None => Err(Refusal::from("span record not read".to_owned())),
                 },
                 Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
                     .map_err(|err| format!("not an operator command: {err}"))
                     .and_then(|command| {
                         check_key(record, &command.key())
                             .map(|()| self.command(command, record, batch, dirty, declarations))
-                    }),
-                Topic::DeadLetters => Err("dead letters are not detector input".to_owned()),
+                    })
+                    .map_err(Refusal::from),
+                Topic::DeadLetters => Err(Refusal::from("dead letters are not detector input".to_owned())),
             }
         };
-        if let Err(reason) = &outcome {
+        if let Err(refusal) = &outcome {
             self.dead_letters += 1;
-            metrics::DEAD_LETTERS.inc();
+            metrics::DEAD_LETTERS.with_label_values(&[refusal.kind.as_str()]).inc();
+            self.dead_letter_counts.add(record, refusal);
             // `suppressed`: dead letters since the last line that got none (the metric counts them all).
             if let Some(suppressed) = self.dead_letter_lines.take(std::time::Instant::now()) {
-                tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, %reason, suppressed, "unusable record skipped");
+                tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, kind = refusal.kind.as_str(), reason = %refusal.reason, suppressed, "unusable record skipped");
             }
         }
         outcome
     }
 
     /// Whether a record of `key` may be used: a server held already, or one its project has room for.
-    fn room_for_server(&self, key: &ServerKey) -> Result<(), String> {
+    fn room_for_server(&self, key: &ServerKey) -> Result<(), Refusal> {
         match self.servers.contains_key(key) {
             true => Ok(()),
-            false => self.keys_held.room_for_server(key, self.settings.keys),
+            false => self
+                .keys_held
+                .room_for_server(key, self.settings.keys)
+                .map_err(|reason| Refusal::new(RefusalKind::ServerLimit, reason)),
         }
     }
 
     /// Whether a record of `key` may be used: a tool held already, or one its project has room for.
-    fn room_for_tool(&self, key: &ToolKey) -> Result<(), String> {
+    fn room_for_tool(&self, key: &ToolKey) -> Result<(), Refusal> {
         match self.tools.contains_key(key) {
             true => Ok(()),
-            false => self.keys_held.room_for_tool(key, self.settings.keys),
+            false => {
+                let per_tool =
+                    driftline_detectors::tool_state_worst_case_bytes(&self.thresholds_of(&key.project));
+                self.keys_held
+                    .room_for_tool(key, self.settings.keys, per_tool)
+                    .map_err(|reason| Refusal::new(RefusalKind::ToolLimit, reason))
+            }
         }
     }
 
@@ -980,6 +1045,7 @@ impl<C: Consumer> Worker<C> {
     ) {
         let thresholds = self.thresholds_of(&call.project);
         let state = state_of(&mut self.tools, &key, || self.keys_held.tool_added(&key));
+        state.last_seen = Some(record.appended_at);
         if let Some(firing) = state.shape.observe((&call).into(), &thresholds) {
             let signal = shape_drift::signal(&call, record.position, firing);
             tracing::info!(key = %key, fingerprint = %signal.fingerprint, ranking = signal.ranking.as_str(), "return shape drift");
@@ -1007,6 +1073,7 @@ impl<C: Consumer> Worker<C> {
     fn declaration(&mut self, declaration: &OutputDeclaration, record: &Delivered, dirty: &mut Dirty) {
         let key = declaration.key();
         let state = state_of(&mut self.tools, &key, || self.keys_held.tool_added(&key));
+        state.last_seen = Some(record.appended_at);
         if state.contract.declare(declaration) {
             tracing::info!(key = %key, declared = ?declaration.schema_hash, sequence = declaration.sequence, "declared output applied");
         } else {
@@ -1068,37 +1135,148 @@ impl<C: Consumer> Worker<C> {
                 };
                 json!(result)
             }
-            OperatorCommand::SetThresholds { project, thresholds, .. } => match thresholds.validate() {
+            OperatorCommand::SetThresholds { project, thresholds, .. } => match thresholds
+                .validate()
+                .map_err(|err| err.to_string())
+                .and_then(|()| self.within_state_budget(project, thresholds))
+            {
                 Ok(()) => {
                     self.thresholds.insert(project.clone(), *thresholds);
                     batch.settings.push((project.to_string(), *thresholds));
                     for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.project == *project) {
-                        state.shape.shrink_to(thresholds.history_window);
+                        state.shape.fit_to(thresholds.history_window);
                         state.contract.shrink_to(thresholds.history_window);
                         dirty.tools.entry(key.clone()).or_default();
                     }
                     json!({"thresholds": thresholds})
                 }
-                Err(err) => json!({"error": err.to_string()}),
+                Err(err) => json!({"error": err}),
             },
+            OperatorCommand::ForgetServer { project, server, by, .. } => {
+                let key = ServerKey::new(project.clone(), server.clone());
+                let held = self.forget_server(&key, batch);
+                tracing::info!(key = %key, held, %by, "server state forgotten");
+                json!({"server": server, "forgotten": held})
+            }
+            OperatorCommand::ForgetTool { project, server, tool, by, .. } => {
+                let key = ToolKey { project: project.clone(), server: server.clone(), tool: tool.clone() };
+                let held = self.forget_tool(&key, batch);
+                tracing::info!(key = %key, held, %by, "tool state forgotten");
+                json!({"server": server, "tool": tool, "forgotten": held})
+            }
         };
         tracing::info!(command = command.id(), key = %command.key(), "operator command applied");
         batch.applied_commands.push((command.id().to_owned(), record.appended_at, result));
+    }
+
+    /// Drops a tool's state (and a quarantine of its key): its project's limits count it no more, and the
+    /// store drops its state and shape view with this batch. Whether there was any.
+    fn forget_tool(&mut self, key: &ToolKey, batch: &mut Batch) -> bool {
+        let quarantined = self.quarantined.remove(&key.to_string()).is_some();
+        let held = self.tools.remove(key).is_some();
+        self.tool_streams.remove(key);
+        if held {
+            self.keys_held.tool_removed(key);
+        }
+        if held || quarantined {
+            batch.forgotten.push(Forgotten::Tool(key.clone()));
+            metrics::QUARANTINED_KEYS.set(self.quarantined.len() as i64);
+        }
+        held || quarantined
+    }
+
+    /// [`Worker::forget_tool`] for a server: its baselines and lists go, the next list starts afresh.
+    fn forget_server(&mut self, key: &ServerKey, batch: &mut Batch) -> bool {
+        let quarantined = self.quarantined.remove(&key.to_string()).is_some();
+        let held = self.servers.remove(key).is_some();
+        self.server_streams.remove(key);
+        self.list_texts.retain(|listed| listed != key);
+        if held {
+            self.keys_held.server_removed(key);
+        }
+        if held || quarantined {
+            batch.forgotten.push(Forgotten::Server(key.clone()));
+            metrics::QUARANTINED_KEYS.set(self.quarantined.len() as i64);
+        }
+        held || quarantined
+    }
+
+    /// Forgets the tools whose last call is older than `forget_unseen_tools_after` at `now` (bus time),
+    /// at most once a minute of bus time. A tool restored from state stored without `last_seen` counts
+    /// from now (written with this batch).
+    fn forget_unseen_tools(&mut self, now: Timestamp, batch: &mut Batch, dirty: &mut Dirty) {
+        let after = self.settings.forget_unseen_tools_after;
+        let every = (after / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
+        if self.swept_at.is_some_and(|at| now.as_millis() - at.as_millis() < every.as_millis() as i64) {
+            return;
+        }
+        self.swept_at = Some(now);
+        let cutoff = now.as_millis().saturating_sub(after.as_millis() as i64);
+        let mut unseen = Vec::new();
+        for (key, state) in &mut self.tools {
+            match state.last_seen {
+                Some(at) if at.as_millis() < cutoff => unseen.push(key.clone()),
+                Some(_) => {}
+                None => {
+                    state.last_seen = Some(now);
+                    let stream = self.tool_streams.get(key).copied();
+                    dirty.tools.insert(key.clone(), stream);
+                }
+            }
+        }
+        for key in &unseen {
+            self.forget_tool(key, batch);
+            dirty.tools.remove(key);
+        }
+        if !unseen.is_empty() {
+            metrics::FORGOTTEN_TOOLS.inc_by(unseen.len() as u64);
+            tracing::info!(
+                tools = unseen.len(),
+                unseen_for_seconds = after.as_secs(),
+                "tools unseen too long forgotten"
+            );
+        }
+    }
+
+    /// Whether the tools `project` holds would stay within `limits.max_state_bytes_per_project` under
+    /// `thresholds`, each at its worst case: an admin's settings may not put them beyond it.
+    fn within_state_budget(
+        &self,
+        project: &ProjectName,
+        thresholds: &DetectorThresholds,
+    ) -> Result<(), String> {
+        let per_tool = driftline_detectors::tool_state_worst_case_bytes(thresholds);
+        let held = self.keys_held.tools_of(project);
+        let budget = self.settings.keys.state_bytes;
+        let fit = keys::tools_within(budget, per_tool);
+        match held <= fit {
+            true => Ok(()),
+            false => Err(format!(
+                "history_window = {} with tool_return_value_max_bytes = {} lets a tool hold up to {per_tool} bytes of detector state, so limits.max_state_bytes_per_project = {budget} holds {fit} tools; this project holds {held}: free some (driftline forget) or choose smaller settings",
+                thresholds.history_window, thresholds.tool_return_value_max_bytes
+            )),
+        }
     }
 
     /// Serialises every state a record changed, once per batch, with the views the API reads; each key
     /// belongs to the stream of the last record that touched it.
     fn flush_state(&mut self, batch: &mut Batch, dirty: &Dirty) -> Result<(), WorkerError> {
         for (key, stream) in &dirty.servers {
-            if let Some(stream) = stream {
+            if let (Some(stream), true) = (stream, self.servers.contains_key(key)) {
                 self.server_streams.insert(key.clone(), *stream);
             }
         }
         for (key, stream) in &dirty.tools {
-            if let Some(stream) = stream {
+            if let (Some(stream), true) = (stream, self.tools.contains_key(key)) {
                 self.tool_streams.insert(key.clone(), *stream);
             }
         }
+        // A key forgotten and then seen again within the batch is written, not forgotten.
+        let (servers, tools) = (&self.servers, &self.tools);
+        batch.forgotten.retain(|forgotten| match forgotten {
+            Forgotten::Server(key) => !servers.contains_key(key),
+            Forgotten::Tool(key) => !tools.contains_key(key),
+        });
         let row = |kind: &str, key: String, stream: Option<&u32>, json: String| DetectorState {
             kind: kind.to_owned(),
             key,
@@ -1149,6 +1327,8 @@ enum SpanRecord {
     },
     /// A tool's declared output schema, published by the detector of its server.
     Declaration(Box<OutputDeclaration>),
+    /// An operator command about one tool (forgetting it), in order with its calls.
+    Command(Box<OperatorCommand>),
     Unusable(String),
 }
 

@@ -39,12 +39,18 @@ pub static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
-pub static DEAD_LETTERS: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!(
+/// By `reason`: the kind of refusal (`crate::refusal::RefusalKind`), a bounded set.
+pub static DEAD_LETTERS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    let counter = register_int_counter_vec!(
         "driftline_worker_dead_letters_total",
-        "Records skipped because they could not be read"
+        "Records skipped because they could not be used, by kind of refusal",
+        &["reason"]
     )
-    .expect("metric names are static and valid")
+    .expect("metric names are static and valid");
+    for kind in crate::refusal::RefusalKind::ALL {
+        counter.with_label_values(&[kind.as_str()]);
+    }
+    counter
 });
 
 pub static RELEASED_RECORDS: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -146,6 +152,15 @@ pub static OLDEST_UNPROCESSED: LazyLock<Gauge> = LazyLock::new(|| {
     register_gauge!(
         "driftline_worker_oldest_unprocessed_seconds",
         "Age of the oldest record on the bus the detector has not processed yet"
+    )
+    .expect("metric names are static and valid")
+});
+
+/// Tools forgotten for going unseen longer than `detector.forget_unseen_tools_after_seconds`.
+pub static FORGOTTEN_TOOLS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_forgotten_tools_total",
+        "Tools whose detector state was released after going unseen too long"
     )
     .expect("metric names are static and valid")
 });

@@ -8,6 +8,10 @@ use std::sync::Arc;
 use driftline_detectors::tool_drift::ServerState;
 use driftline_schemas::{ServerKey, ToolListLimits, ToolListRecord, ToolListTooLarge, ToolsText};
 
+use driftline_detectors::tool_drift::RefusedTools;
+
+use crate::refusal::{Refusal, RefusalKind};
+
 /// The last tool list read per server. A new record's text is compared with it byte for byte (a SHA-256
 /// of the text, as before, cost as much as reading the record), so no server can pass another list off
 /// as the one seen.
@@ -27,7 +31,7 @@ impl ListTexts {
         record: &ToolListRecord<'_>,
         limits: ToolListLimits,
         held: impl FnOnce() -> usize,
-    ) -> Result<Arc<ToolsText>, String> {
+    ) -> Result<Arc<ToolsText>, Refusal> {
         let text = record.tools.get();
         let key = record.key();
         if let Some(tools) = self.last.get(&key).filter(|tools| tools.is_text_of(text)) {
@@ -36,10 +40,14 @@ impl ListTexts {
         self.parsed_bytes = self.parsed_bytes.saturating_add(text.len());
         let tools =
             ToolsText::parse(text).map_err(|err| format!("not a tool-list snapshot: tools: {err}"))?;
-        driftline_detectors::tool_drift::check_tools_text(&limits, &tools).map_err(|err| err.to_string())?;
+        let over = |err: ToolListTooLarge| Refusal::new(RefusalKind::ListLimit, err.to_string());
+        driftline_detectors::tool_drift::check_tools_text(&limits, &tools).map_err(|err| match err {
+            RefusedTools::TooLarge(err) => over(err),
+            unreadable => Refusal::from(unreadable.to_string()),
+        })?;
         let after = held().saturating_add(tools.text_bytes());
         if after > limits.max_project_bytes {
-            return Err(ToolListTooLarge::ProjectBytes(after, limits.max_project_bytes).to_string());
+            return Err(over(ToolListTooLarge::ProjectBytes(after, limits.max_project_bytes)));
         }
         let tools = Arc::new(tools);
         self.last.insert(key, Arc::clone(&tools));
@@ -117,11 +125,13 @@ mod tests {
         let two = payload(r#"[{"name":"a"},{"name":"b"}]"#);
         for _ in 0..2 {
             let refused = texts.read(&record(&two), limits, || 0).expect_err("over the limit");
-            assert!(refused.contains("limits.max_tools_per_list"), "{refused}");
+            assert!(refused.reason.contains("limits.max_tools_per_list"), "{refused}");
+            assert_eq!(refused.kind, RefusalKind::ListLimit);
         }
         let not_a_list = payload(r#"{"name":"a"}"#);
         let refused = texts.read(&record(&not_a_list), limits, || 0).expect_err("not a list");
-        assert!(refused.starts_with("not a tool-list snapshot"), "{refused}");
+        assert!(refused.reason.starts_with("not a tool-list snapshot"), "{refused}");
+        assert_eq!(refused.kind, RefusalKind::Unusable);
     }
 
     /// A list that would take its project past `limits.max_tool_list_bytes_per_project` is refused, and
@@ -143,8 +153,8 @@ mod tests {
         };
         for _ in 0..2 {
             let refused = texts.read(&record(&text), limits, held(101 - list_bytes)).expect_err("over");
-            assert!(refused.contains("would hold 101 bytes"), "{refused}");
-            assert!(refused.contains("limits.max_tool_list_bytes_per_project"), "{refused}");
+            assert!(refused.reason.contains("would hold 101 bytes"), "{refused}");
+            assert!(refused.reason.contains("limits.max_tool_list_bytes_per_project"), "{refused}");
         }
         assert_eq!(counted.get(), 2, "a refused list is not remembered");
         texts.read(&record(&text), limits, held(100 - list_bytes)).expect("at the limit");

@@ -162,8 +162,8 @@ impl ToolContractState {
         let reasons = reasons?;
         self.mismatched += 1;
         self.last_mismatch = Some(LastMismatch {
-            shape: shape.to_owned(),
-            reasons: reasons.clone(),
+            shape: clip(shape, LAST_MISMATCH_SHAPE_BYTES),
+            reasons: reasons.iter().take(LAST_MISMATCH_REASONS).map(clipped).collect(),
             span_id: span_id.to_owned(),
             at,
         });
@@ -173,6 +173,40 @@ impl ToolContractState {
         }
         self.disarmed = true;
         Some(MismatchFiring { shape: shape.to_owned(), reasons, mismatches, window_size: total })
+    }
+
+    /// The most this state holds under `thresholds` besides its declaration (a copy of a schema in its
+    /// server's list, which the project's list-text budget bounds): the verdict ring, at most twice
+    /// `history_window` long as allocated, and the last mismatch (its shape clipped to
+    /// [`LAST_MISMATCH_SHAPE_BYTES`], [`LAST_MISMATCH_REASONS`] clipped reasons, a span id).
+    pub fn worst_case_bytes(thresholds: &DetectorThresholds) -> u64 {
+        let ring = 2 * u64::from(thresholds.history_window) + 8;
+        let reason = std::mem::size_of::<ShapeReason>() + 4 * (REASON_TEXT_BYTES + 4);
+        std::mem::size_of::<Self>() as u64
+            + ring
+            + (LAST_MISMATCH_SHAPE_BYTES + LAST_MISMATCH_REASONS * reason + driftline_schemas::MAX_ID_BYTES)
+                as u64
+    }
+
+    /// Heap and inline bytes this state holds besides its declaration.
+    pub fn size_bytes(&self) -> usize {
+        let last = self.last_mismatch.as_ref().map_or(0, |last| {
+            last.shape.len()
+                + last.span_id.len()
+                + last
+                    .reasons
+                    .iter()
+                    .map(|r| {
+                        std::mem::size_of::<ShapeReason>()
+                            + r.path.len()
+                            + [&r.before, &r.after, &r.detail]
+                                .iter()
+                                .map(|t| t.as_ref().map_or(0, String::len))
+                                .sum::<usize>()
+                    })
+                    .sum::<usize>()
+        });
+        std::mem::size_of::<Self>() + self.window.0.capacity() + last
     }
 
     /// Declared vs observed, for the API; `None` without a declaration.
@@ -204,9 +238,11 @@ impl ToolContractState {
         })
     }
 
-    /// Drops the oldest verdicts until at most `len` remain (a smaller `history_window` takes effect).
+    /// Drops the oldest verdicts until at most `len` remain (a smaller `history_window` takes effect), and
+    /// gives back the memory a longer window held.
     pub fn shrink_to(&mut self, len: u32) {
         self.window.shrink_to(len);
+        self.window.0.shrink_to_fit();
     }
 }
 
@@ -273,10 +309,14 @@ fn conclusive_shape<'a>(call: &Observation<'a>, thresholds: &DetectorThresholds)
     if call.status != CallStatus::Success || call.outcome == ShapeOutcome::NotSuccess {
         return Conclusive::NotCounted;
     }
-    let oversized =
-        call.compact_bytes.is_some_and(|bytes| bytes > u64::from(thresholds.tool_return_value_max_bytes));
+    let max_bytes = u64::from(thresholds.tool_return_value_max_bytes);
+    let oversized = call.compact_bytes.is_some_and(|bytes| bytes > max_bytes);
+    // As for the shape detector: a shape longer than its value allows is not the walk's.
+    let bound = crate::shape_drift::shape_text_bound(call.compact_bytes.unwrap_or(max_bytes));
     match (call.outcome, call.shape) {
-        (ShapeOutcome::Fingerprinted, Some(shape)) if !oversized => Conclusive::Shape(shape),
+        (ShapeOutcome::Fingerprinted, Some(shape)) if !oversized && shape.len() as u64 <= bound => {
+            Conclusive::Shape(shape)
+        }
         _ => Conclusive::Inconclusive,
     }
 }
@@ -285,6 +325,37 @@ fn conclusive_shape<'a>(call: &Observation<'a>, thresholds: &DetectorThresholds)
 /// `1` (mismatch), one byte a call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Window(VecDeque<bool>);
+
+/// Reasons the last mismatch keeps (the signal carries them all, up to `MAX_REASONS`).
+pub const LAST_MISMATCH_REASONS: usize = 10;
+/// Bytes of each text of a kept reason (path, before, after, detail); a longer one is cut at a character
+/// boundary and ends with `…`.
+pub const REASON_TEXT_BYTES: usize = 256;
+/// Bytes of the last mismatching shape kept to show (the signal carries it whole).
+pub const LAST_MISMATCH_SHAPE_BYTES: usize = 4096;
+
+/// `text` cut to at most `most` bytes at a character boundary, ending with `…` when cut.
+fn clip(text: &str, most: usize) -> String {
+    if text.len() <= most {
+        return text.to_owned();
+    }
+    let mut end = most - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+fn clipped(reason: &ShapeReason) -> ShapeReason {
+    let clip = |text: &str| clip(text, REASON_TEXT_BYTES);
+    ShapeReason {
+        path: clip(&reason.path),
+        change: reason.change,
+        before: reason.before.as_deref().map(clip),
+        after: reason.after.as_deref().map(clip),
+        detail: reason.detail.as_deref().map(clip),
+    }
+}
 
 impl Window {
     fn push(&mut self, mismatch: bool, history_window: u32) {

@@ -1117,3 +1117,40 @@ proptest! {
         prop_assert_eq!(verdict, Verdict::Mismatch(expected));
     }
 }
+
+/// The last mismatch keeps ten reasons, each text clipped, so a tool's contract state stays within
+/// [`ToolContractState::worst_case_bytes`] whatever the returns (declarations aside: the list budget
+/// bounds them).
+#[test]
+fn contract_state_stays_within_its_worst_case() {
+    for max_bytes in [64u32, 8192, 65_536] {
+        let limits = DetectorThresholds { tool_return_value_max_bytes: max_bytes, ..thresholds(2, 100) };
+        let mut state = ToolContractState::default();
+        let strict = json!({"type": "object", "additionalProperties": false});
+        assert!(state.declare(&declaration(1, Some(strict))));
+        // Many long keys, none allowed: as many reasons as the check gives, each with a long path.
+        let key_bytes = (max_bytes as usize / 40).max(1);
+        let value: Map<String, Value> =
+            (0..30).map(|i| (format!("{i:02}{}", "k".repeat(key_bytes)), json!(1))).collect();
+        let text = serde_json::to_string(&Value::Object(value)).expect("json");
+        let shape = fingerprint(text.as_bytes(), 1 << 20).shape.expect("a shape");
+        for call in 0..250 {
+            let observation = Observation {
+                status: CallStatus::Success,
+                outcome: ShapeOutcome::Fingerprinted,
+                shape: Some(&shape),
+                compact_bytes: Some(text.len().min(max_bytes as usize) as u64),
+            };
+            state.observe(observation, &"s".repeat(256), at(call), &limits);
+        }
+        let last = view(&state, &limits).last_mismatch.expect("mismatches");
+        assert_eq!(last.reasons.len(), LAST_MISMATCH_REASONS.min(30));
+        assert!(
+            last.reasons.iter().all(|r| r.path.len() <= REASON_TEXT_BYTES),
+            "{:?}",
+            last.reasons[0].path.len()
+        );
+        let held = state.size_bytes();
+        assert!(held as u64 <= ToolContractState::worst_case_bytes(&limits), "{max_bytes}: {held}");
+    }
+}

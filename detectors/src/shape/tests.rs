@@ -307,6 +307,42 @@ fn arb_long_json() -> impl Strategy<Value = serde_json::Value> {
     })
 }
 
+proptest! {
+    /// What a window may hold per call rests on this: no shape is longer than
+    /// `shape_text_bound(compact_bytes)` (keys here hold control and structural characters, which grow
+    /// most when escaped).
+    #[test]
+    fn a_shape_is_at_most_six_times_its_value(value in arb_long_json(), key in "[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}:,\\\\\"{}<>]{0,40}") {
+        for value in [value.clone(), serde_json::json!({ key.clone(): value }), serde_json::json!([[{ key: 1 }]])] {
+            let text = serde_json::to_string(&value).expect("serialize");
+            let got = fingerprint(text.as_bytes(), LARGEST_MAX_BYTES);
+            if let (Some(shape), Some(bytes)) = (&got.shape, got.compact_bytes) {
+                prop_assert!(shape.len() as u64 <= crate::shape_drift::shape_text_bound(bytes), "{} bytes of shape for {}: {}", shape.len(), text, shape);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_shapes_that_grow_most_stay_within_the_bound() {
+    for text in [
+        "1",
+        "[1]",
+        "[[[[1]]]]",
+        "{\"\":1}",
+        "{\"\":1,\"a\":0}",
+        "true",
+        "\"\"",
+        "{\"\u{7f}\u{7f}\u{7f}\":1}",
+        "{\"\u{80}\":[0]}",
+        "{\":::\":0}",
+    ] {
+        let got = fingerprint(text.as_bytes(), LARGEST_MAX_BYTES);
+        let (shape, bytes) = (got.shape.expect("a shape"), got.compact_bytes.expect("bytes"));
+        assert!(shape.len() as u64 <= crate::shape_drift::shape_text_bound(bytes), "{text}: {shape}");
+    }
+}
+
 /// The token walk and the byte-by-byte walk give one result, for bytes and for text.
 fn check_walks_agree(bytes: &[u8]) -> Result<(), TestCaseError> {
     let bytewise = fingerprint_bytewise(bytes, CAP);

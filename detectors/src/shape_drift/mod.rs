@@ -43,6 +43,15 @@ pub struct ToolShapeState {
 /// Bytes of shape text one tool's window keeps beyond its dominant shape's.
 pub const SHAPE_TEXT_BYTES_PER_TOOL: usize = 64 * 1024;
 
+/// The longest shape the walk writes for a return value whose compact JSON is `compact_bytes` long: an
+/// atom of one byte becomes a word of at most six (`1` → `number`), a control character in a key (one
+/// byte, DEL) becomes six (`\u007f`), and nothing else grows more (proptest
+/// `a_shape_is_at_most_six_times_its_value`). A record whose shape is longer did not come from the walk:
+/// it is unparseable, so no record can put more text in a window than its value's size allows.
+pub const fn shape_text_bound(compact_bytes: u64) -> u64 {
+    compact_bytes.saturating_mul(6).saturating_add(8)
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "SlotWire", into = "SlotWire")]
 struct Slot {
@@ -195,6 +204,14 @@ impl ToolShapeState {
                 ShapeOutcome::Oversized
             }
             (ShapeOutcome::Fingerprinted, _, None) => ShapeOutcome::Unparseable,
+            (ShapeOutcome::Fingerprinted, bytes, Some(shape))
+                if shape.len() as u64
+                    > shape_text_bound(
+                        bytes.unwrap_or(u64::from(thresholds.tool_return_value_max_bytes)),
+                    ) =>
+            {
+                ShapeOutcome::Unparseable
+            }
             (outcome, _, _) => outcome,
         };
         self.telemetry.add(outcome, 1);
@@ -326,6 +343,41 @@ impl ToolShapeState {
             },
             _ => ShapeStatus::Heterogeneous { window_size: total },
         }
+    }
+
+    /// [`ToolShapeState::shrink_to`], and the memory a longer window held goes back: after an admin
+    /// shrinks `history_window`, [`ToolShapeState::worst_case_bytes`] at the new setting holds again.
+    pub fn fit_to(&mut self, len: u32) {
+        self.shrink_to(len);
+        // Free slots among live ones stay where they are in a window of the old length: renumber the live.
+        let mut renumbered = vec![u16::MAX; self.slots.len()];
+        let mut live = Vec::with_capacity(self.slots.iter().filter(|s| s.count > 0).count());
+        for (old, slot) in self.slots.drain(..).enumerate() {
+            if slot.count > 0 {
+                // At most `history_window` (≤ 10,000) shapes are live.
+                renumbered[old] = live.len() as u16;
+                live.push(slot);
+            }
+        }
+        self.slots = live;
+        for id in &mut self.window {
+            *id = renumbered[usize::from(*id)];
+        }
+        self.window.shrink_to_fit();
+    }
+
+    /// The most [`ToolShapeState::size_bytes`] can reach under `thresholds`, whatever the returns: the
+    /// ring and the slot table (each at most twice `history_window` long as allocated, a distinct shape
+    /// per call at worst), [`SHAPE_TEXT_BYTES_PER_TOOL`] of texts beside the dominant's, and two texts of
+    /// the longest shape a value within `tool_return_value_max_bytes` has (the dominant's, and the newest
+    /// call's, kept whatever the budget). Tested at the bounds.
+    pub fn worst_case_bytes(thresholds: &DetectorThresholds) -> u64 {
+        let window = 2 * u64::from(thresholds.history_window) + 8;
+        let text = shape_text_bound(u64::from(thresholds.tool_return_value_max_bytes));
+        std::mem::size_of::<Self>() as u64
+            + window * (std::mem::size_of::<u16>() + std::mem::size_of::<Slot>()) as u64
+            + SHAPE_TEXT_BYTES_PER_TOOL as u64
+            + 2 * text
     }
 
     /// Heap and inline bytes this state holds.

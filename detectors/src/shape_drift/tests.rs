@@ -11,7 +11,7 @@ fn success(shape: &str) -> Observation<'_> {
         status: CallStatus::Success,
         outcome: ShapeOutcome::Fingerprinted,
         shape: Some(shape),
-        compact_bytes: Some(10),
+        compact_bytes: Some(shape.len() as u64),
     }
 }
 
@@ -294,6 +294,58 @@ fn a_window_shrunk_under_a_dropped_text_still_fires_with_the_baseline_hash() {
     assert_eq!((kept.baseline_shape.as_str(), dropped.baseline_shape.as_str()), ("B", ""));
     assert_eq!(dropped.baseline_hash(), shape_hex8("B"));
     assert_eq!((dropped.baseline_count, dropped.window_size), (kept.baseline_count, kept.window_size));
+}
+
+/// A state filled the worst way at `history_window` and `max_bytes` — every call a new shape of the
+/// longest text a value within `max_bytes` can have, after (when `dominant`) a baseline of that length —
+/// never holds more than [`ToolShapeState::worst_case_bytes`], which is what a project's byte budget
+/// counts per tool.
+fn check_worst_case(history_window: u32, max_bytes: u32, dominant: bool) {
+    let limits = DetectorThresholds {
+        min_history_calls: 2,
+        history_window,
+        tool_return_value_max_bytes: max_bytes,
+        ..Default::default()
+    };
+    let longest = shape_text_bound(u64::from(max_bytes)) as usize;
+    let bound = ToolShapeState::worst_case_bytes(&limits) as usize;
+    let mut state = ToolShapeState::default();
+    let calls = 2 * history_window as usize + 3;
+    let baseline = if dominant { calls * 2 / 3 } else { 0 };
+    let mut most = 0;
+    for call in 0..calls {
+        let tag = if call < baseline { "base".to_owned() } else { format!("{call:x}-") };
+        let shape = format!("{tag}{}", "x".repeat(longest - tag.len()));
+        let observation = Observation { compact_bytes: Some(u64::from(max_bytes)), ..success(&shape) };
+        state.observe(observation, &limits);
+        most = most.max(state.size_bytes());
+    }
+    assert!(most <= bound, "window {history_window}, {max_bytes} B values: held {most} B, bound {bound} B");
+    // One byte more than a value of `max_bytes` can have is not the walk's: it never enters the window.
+    let too_long = "y".repeat(longest + 1);
+    let before = state.clone();
+    state.observe(Observation { compact_bytes: Some(u64::from(max_bytes)), ..success(&too_long) }, &limits);
+    assert_eq!(state.window_counts(), before.window_counts());
+    assert_eq!(state.telemetry.unparseable, before.telemetry.unparseable + 1);
+}
+
+#[test]
+fn a_tools_state_stays_within_its_worst_case_at_the_bounds() {
+    for (window, max_bytes) in
+        [(10, 1), (10, 8192), (100, 8192), (100, 65_536), (1000, 64), (2000, 16), (10, 1_048_576)]
+    {
+        check_worst_case(window, max_bytes, false);
+        check_worst_case(window, max_bytes, true);
+    }
+    // An admin who shrinks the window gets the memory of the longer one back.
+    let wide = DetectorThresholds { history_window: 2000, ..Default::default() };
+    let mut state = ToolShapeState::default();
+    for call in 0..2000 {
+        state.observe(success(&format!("{call}")), &wide);
+    }
+    let narrow = DetectorThresholds { history_window: 10, ..Default::default() };
+    state.fit_to(narrow.history_window);
+    assert!(state.size_bytes() as u64 <= ToolShapeState::worst_case_bytes(&narrow), "{}", state.size_bytes());
 }
 
 proptest::proptest! {
