@@ -361,7 +361,9 @@ fn external_producers_publish_raw_spans_and_malformed_records_become_dead_letter
     );
     let metrics = split.endpoints().metrics();
     assert_eq!(support::metric_sum(&metrics, "driftline_worker_dead_letters_total"), Some(6.0), "{metrics}");
-    assert!(metrics.contains("driftline_worker_dead_letters_total{reason=\"unusable\"} 6"), "{metrics}");
+    // By kind: the list over its limits, and the five records that are not records the detector reads.
+    assert!(metrics.contains("driftline_worker_dead_letters_total{reason=\"list_limit\"} 1"), "{metrics}");
+    assert!(metrics.contains("driftline_worker_dead_letters_total{reason=\"unusable\"} 5"), "{metrics}");
     assert!(metrics.contains("driftline_worker_repeated_calls_total 1"), "{metrics}");
 }
 
