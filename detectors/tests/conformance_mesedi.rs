@@ -192,7 +192,7 @@ fn observation(shape: &str) -> shape_drift::Observation<'_> {
         status: driftline_schemas::CallStatus::Success,
         outcome: ShapeOutcome::Fingerprinted,
         shape: Some(shape),
-        compact_bytes: Some(1),
+        compact_bytes: Some(shape.len() as u64),
     }
 }
 
