@@ -369,6 +369,10 @@ pub struct DetectorConfig {
     /// light load batches stay small (low latency) and on a backlog each store write carries many records.
     /// [1, 100000]
     pub max_batch_records: usize,
+    /// Once a batch has processed for this long, the rest of its tool-list streams waits for the next one
+    /// (calls and commands are always taken), so batches are stored, and lag gauges move, at least this
+    /// often, and calls on other streams wait for no more list work than this. [10, 600000]
+    pub max_batch_millis: u64,
     /// A tool without a call for this long (by the bus's clock) releases its detector state and its place
     /// in its project's limits; its next call starts a new baseline. [60, 31536000], 30 days by default.
     pub forget_unseen_tools_after_seconds: u64,
@@ -393,6 +397,7 @@ impl Default for DetectorConfig {
             repeat_window_hours: 24,
             max_batch_records: 20_000,
             forget_unseen_tools_after_seconds: 30 * 24 * 3600,
+            max_batch_millis: 1000,
             test_batch_pause_ms: 0,
             test_stop_after_batches: 0,
         }
@@ -437,6 +442,12 @@ pub struct LimitsConfig {
     /// project admin raises `history_window` or `tool_return_value_max_bytes`, and a change that would put
     /// the tools held beyond it is refused. [1048576, 1099511627776]
     pub max_state_bytes_per_project: u64,
+    /// Tool-list work one project may send through ingest per second, in bytes of schema the detector reads
+    /// (a list's text, and 16 bytes per node its `$ref`s copy in); beyond it and the burst, a PUT is 429
+    /// with Retry-After. Per ingest process. [1024, 1099511627776]
+    pub tool_list_work_per_second: u64,
+    /// What a project may send at once; at least one list of the largest cost the list limits allow.
+    pub tool_list_work_burst: u64,
 }
 
 impl Default for LimitsConfig {
@@ -453,6 +464,8 @@ impl Default for LimitsConfig {
             max_servers_per_project: keys.servers,
             max_tools_per_project: keys.tools,
             max_state_bytes_per_project: keys.state_bytes,
+            tool_list_work_per_second: driftline_schemas::ListWorkLimits::default().per_second,
+            tool_list_work_burst: driftline_schemas::ListWorkLimits::default().burst,
         }
     }
 }
@@ -463,6 +476,13 @@ impl LimitsConfig {
             servers: self.max_servers_per_project,
             tools: self.max_tools_per_project,
             state_bytes: self.max_state_bytes_per_project,
+        }
+    }
+
+    pub fn list_work(&self) -> driftline_schemas::ListWorkLimits {
+        driftline_schemas::ListWorkLimits {
+            per_second: self.tool_list_work_per_second,
+            burst: self.tool_list_work_burst,
         }
     }
 
@@ -651,6 +671,12 @@ impl Config {
                 self.detector.repeat_window_hours
             );
         }
+        if !(10..=600_000).contains(&self.detector.max_batch_millis) {
+            bail!(
+                "detector.max_batch_millis = {} is out of bounds: it must be in [10, 600000]",
+                self.detector.max_batch_millis
+            );
+        }
         if !(60..=31_536_000).contains(&self.detector.forget_unseen_tools_after_seconds) {
             bail!(
                 "detector.forget_unseen_tools_after_seconds = {} is out of bounds: it must be in [60, 31536000]",
@@ -753,6 +779,25 @@ impl Config {
             bail!(
                 "limits.max_state_bytes_per_project = {} must be in [1048576, 1099511627776]",
                 self.limits.max_state_bytes_per_project
+            );
+        }
+        if !(1024..=1 << 40).contains(&self.limits.tool_list_work_per_second) {
+            bail!(
+                "limits.tool_list_work_per_second = {} must be in [1024, 1099511627776]",
+                self.limits.tool_list_work_per_second
+            );
+        }
+        // A full bucket must let the costliest list the limits allow through.
+        let costliest = driftline_detectors::tool_drift::list_work(
+            self.limits.max_body_bytes,
+            self.limits.max_ref_expansion_nodes,
+        );
+        if self.limits.tool_list_work_burst < costliest {
+            bail!(
+                "limits.tool_list_work_burst = {} is less than the costliest list the limits allow ({costliest}: limits.max_body_bytes = {} and 16 bytes for each of limits.max_ref_expansion_nodes = {})",
+                self.limits.tool_list_work_burst,
+                self.limits.max_body_bytes,
+                self.limits.max_ref_expansion_nodes
             );
         }
         let per_tool = driftline_detectors::tool_state_worst_case_bytes(&self.detector.thresholds());

@@ -150,6 +150,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         max_batch_records: config.detector.max_batch_records,
         keys: config.limits.keys(),
         forget_unseen_tools_after: Duration::from_secs(config.detector.forget_unseen_tools_after_seconds),
+        max_batch_time: Duration::from_millis(config.detector.max_batch_millis),
     };
     let store =
         if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };
@@ -243,8 +244,10 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
                 max_body_bytes: config.limits.max_body_bytes,
                 max_spans_per_batch: config.limits.max_spans_per_batch,
                 tool_lists: config.limits.tool_lists(),
+                list_work: config.limits.list_work(),
             },
             clock: now,
+            list_budget: Arc::new(driftline_ingest::list_budget::ListWorkBudget::new(config.limits.list_work())),
         });
         app = app.merge(ingest);
         documents.push(ingest_doc);

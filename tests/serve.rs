@@ -5,6 +5,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::process::Command;
+use std::time::Instant;
 
 use serde_json::{json, Value};
 use support::{outputs, run_cli, span, temp_dir, wait_for_calls, Server};
@@ -1609,4 +1610,68 @@ fn results_of_mcp_2026_07_28_meet_their_declaration_and_interim_results_are_coun
         Some(3.0),
         "{metrics}"
     );
+}
+
+/// A schema whose `$ref`s fan out: `depth` definitions each naming the next twice (2^depth copies when
+/// normalised), legal while that stays within `limits.max_ref_expansion_nodes`.
+fn fanning_schema(depth: usize, salt: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..depth {
+        let next = format!("#/$defs/d{}", i + 1);
+        defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}));
+    }
+    defs.insert(format!("d{depth}"), json!({"type": "string", "description": format!("variant {salt}")}));
+    json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs})
+}
+
+/// One project sending a stream of heavy but legal tool lists cannot stall another project's calls:
+/// ingest charges each list's work to its project (429 with Retry-After beyond its budget), and the
+/// detector takes calls before list work and stores a batch at least every `detector.max_batch_millis`.
+/// Before, 30 such lists in 20 s delayed another project's span by 27–49 s.
+#[test]
+fn a_stream_of_heavy_lists_delays_another_projects_call_only_briefly() {
+    let dir = temp_dir("heavy-lists");
+    let config = dir.join("driftline.toml");
+    let text = KEYS.replace("SHA_ALPHA", &sha("alpha-key")).replace("SHA_BETA", &sha("beta-key"));
+    std::fs::write(&config, text).expect("config");
+    let server = Server::start(
+        &dir,
+        Some(&config),
+        &[
+            ("DRIFTLINE__LIMITS__MAX_REF_EXPANSION_NODES", "200000"),
+            ("DRIFTLINE__LIMITS__TOOL_LIST_WORK_PER_SECOND", "1048576"),
+            ("DRIFTLINE__LIMITS__TOOL_LIST_WORK_BURST", "16777216"),
+        ],
+    );
+    let (alpha, beta) = (server.client(Some("alpha-key")), server.client(Some("beta-key")));
+    let (mut accepted, mut refused) = (0, Vec::new());
+    let sent = Instant::now();
+    for i in 0..30 {
+        let list = json!([{"name": "expand", "inputSchema": fanning_schema(15, i)}]);
+        match alpha.put_json("/api/servers/heavy/tools", &list) {
+            (202, _) => accepted += 1,
+            (429, body) => refused.push(body),
+            (status, body) => panic!("list {i}: {status} {body}"),
+        }
+    }
+    assert!(!refused.is_empty() && accepted < 30, "{accepted} accepted, none refused");
+    let reason = refused[0]["error"].as_str().unwrap_or_default();
+    assert!(reason.contains("limits.tool_list_work_per_second") && reason.contains("send it again in"), "{reason}");
+    // Another project's call, sent now, behind every list accepted.
+    let call_sent = Instant::now();
+    assert_eq!(beta.post_json("/v1/spans", &json!([span("b1", "lookup", json!({"id": 1}))])).0, 202);
+    beta.wait_for_within(60, "/api/tools", "beta's call stored", |tools| {
+        tools.as_array().is_some_and(|t| t.iter().any(|t| t["tool"] == "lookup" && t["calls"] == 1))
+    });
+    let delay = call_sent.elapsed();
+    println!(
+        "{accepted} of 30 heavy lists accepted in {:.1} s ({} refused with 429); beta's call stored {:.2} s after it was sent",
+        call_sent.duration_since(sent).as_secs_f64(),
+        refused.len(),
+        delay.as_secs_f64()
+    );
+    // The lists accepted are all read in the end.
+    alpha.wait_for_within(120, "/api/health/servers/heavy", "the heavy server's lists read", |s| s["tool_count"] == 1);
+    check_config_refuses("limits.tool_list_work_burst", "1000");
+    check_config_refuses("detector.max_batch_millis", "0");
 }

@@ -2,6 +2,7 @@
 //! (return values go no further), and publishes keyed records. 202 means the bus has the data durably.
 //! A batch is accepted or rejected whole; a rejection names every bad element.
 
+pub mod list_budget;
 mod metrics;
 pub mod otlp;
 
@@ -20,6 +21,8 @@ use driftline_schemas::{
     ProjectName, ServerSurfaces, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot,
     ToolListTooLarge, ToolName,
 };
+use list_budget::ListWorkBudget;
+pub use list_budget::ListWorkLimits;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -33,6 +36,8 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub max_spans_per_batch: usize,
     pub tool_lists: ToolListLimits,
+    /// Tool-list work each project may send ([`list_budget`]).
+    pub list_work: ListWorkLimits,
 }
 
 impl Default for Limits {
@@ -41,6 +46,7 @@ impl Default for Limits {
             max_body_bytes: 5 * 1024 * 1024,
             max_spans_per_batch: 1000,
             tool_lists: ToolListLimits::default(),
+            list_work: ListWorkLimits::default(),
         }
     }
 }
@@ -51,6 +57,8 @@ pub struct IngestState {
     pub auth: Arc<Auth>,
     pub limits: Limits,
     pub clock: fn() -> Timestamp,
+    /// Each project's budget of tool-list work (made from `limits.list_work`).
+    pub list_budget: Arc<ListWorkBudget>,
 }
 
 /// Ingest's routes and their OpenAPI description, generated from the handlers.
@@ -312,7 +320,8 @@ fn read_tool_list(bytes: &[u8], now: Timestamp) -> Result<ToolListBody, ApiError
 #[utoipa::path(put, path = "/api/servers/{name}/tools", tag = "ingest",
     params(("name" = String, Path, description = "Server name: 1-256 of A-Z a-z 0-9 . _ : @ -")),
     request_body(content = Object, description = "The tools array, {\"tools\": [...], \"captured_at\": ...}, or a tools/list response"),
-    responses((status = 202, description = "Durable on the bus"), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 202, description = "Durable on the bus"), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 429, description = "The project sent more tool-list work than its budget: Retry-After says when to send it again", body = ErrorBody)))]
 async fn tool_list(
     State(state): State<IngestState>,
     headers: HeaderMap,
@@ -324,10 +333,12 @@ async fn tool_list(
     let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     let ToolListBody { tools, captured_at, source, surfaces } = read_tool_list(&bytes, (state.clock)())?;
     let limits = &state.limits.tool_lists;
-    let checked = driftline_detectors::tool_drift::check_tool_list(limits, &tools)
-        .and_then(|()| surfaces.as_ref().map_or(Ok(()), |surfaces| limits.check_surfaces(surfaces)));
-    match checked {
-        Ok(()) => {}
+    let checked = driftline_detectors::tool_drift::check_tool_list_work(limits, &tools, bytes.len())
+        .and_then(|work| surfaces.as_ref().map_or(Ok(work), |s| limits.check_surfaces(s).map(|()| work)));
+    let work = match checked {
+        Ok(work) => work,
+        // Told per tool, with every bad name, just below.
+        Err(ToolListTooLarge::ToolName(..)) => 0,
         Err(
             err @ (ToolListTooLarge::Tools(..)
             | ToolListTooLarge::RefExpansion(..)
@@ -342,7 +353,7 @@ async fn tool_list(
             tracing::info!(project = %who.project, server = %name, reason = %err, "tool list refused");
             return Err(ApiError::bad_request(err.to_string()));
         }
-    }
+    };
     let mut problems = Vec::new();
     let mut names = std::collections::BTreeSet::new();
     for (index, tool) in tools.iter().enumerate() {
@@ -367,6 +378,22 @@ async fn tool_list(
             tools.len()
         ))
         .with_details(problems));
+    }
+    // Charged once the list is known good: a refused list costs the detector nothing.
+    if let Err(over) = state.list_budget.take(&who.project, work, std::time::Instant::now()) {
+        metrics::TOOL_LISTS.with_label_values(&["over_budget"]).inc();
+        let retry_after = over.retry_after.as_secs().max(1);
+        let budget = state.list_budget.limits();
+        tracing::info!(project = %who.project, server = %name, work, retry_after, "tool list over its project's budget");
+        let mut refused = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this list costs the detector {work} bytes of schema work and project {} has sent more than its budget (limits.tool_list_work_per_second = {}, limits.tool_list_work_burst = {}): send it again in {retry_after} s",
+                who.project, budget.per_second, budget.burst
+            ),
+        );
+        refused.retry_after = Some(u32::try_from(retry_after).unwrap_or(u32::MAX));
+        return Err(refused);
     }
     let snapshot = ToolListSnapshot {
         schema_version: driftline_schemas::SCHEMA_VERSION,

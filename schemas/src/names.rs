@@ -211,6 +211,20 @@ impl Default for KeyLimits {
     }
 }
 
+/// Tool-list work each project may send through ingest (`limits.tool_list_work_per_second`,
+/// `limits.tool_list_work_burst`), in bytes of schema the detector reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListWorkLimits {
+    pub per_second: u64,
+    pub burst: u64,
+}
+
+impl Default for ListWorkLimits {
+    fn default() -> Self {
+        ListWorkLimits { per_second: 1 << 20, burst: 32 << 20 }
+    }
+}
+
 /// A stored or published key that does not read back as names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {

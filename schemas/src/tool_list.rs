@@ -172,6 +172,19 @@ pub enum ToolListTooLarge {
     SurfaceEntries(&'static str, usize, usize),
     #[error("{0}[{1}] is nested {2} levels deep; at most {3} are accepted (limits.max_schema_depth)")]
     SurfaceDepth(&'static str, usize, usize, usize),
+    /// A tool whose name spans could not carry (the rules of [`crate::ToolName`], on every path).
+    #[error("tools[{0}]: {1}")]
+    ToolName(usize, String),
+}
+
+/// The tool at `index` has a name its calls can carry: a string [`crate::ToolName`] accepts.
+pub fn check_tool_name(index: usize, name: Option<&str>) -> Result<(), ToolListTooLarge> {
+    match name {
+        None => Err(ToolListTooLarge::ToolName(index, "name must be a string".to_owned())),
+        Some(name) => crate::ToolName::parse(name)
+            .map(|_| ())
+            .map_err(|err| ToolListTooLarge::ToolName(index, err.to_string())),
+    }
 }
 
 /// Nesting depth of a JSON value (a scalar is 0), without recursion: any input is safe.

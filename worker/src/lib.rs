@@ -6,6 +6,7 @@
 
 mod dead_letters;
 pub mod expiry;
+mod fair;
 pub mod keys;
 mod metrics;
 pub mod refusal;
@@ -71,6 +72,9 @@ pub struct WorkerSettings {
     /// A tool without a call (or a declaration) for this long, in bus time, releases its state and its
     /// place in its project's limits.
     pub forget_unseen_tools_after: Duration,
+    /// Once a batch has processed for this long, the rest of its streams that carry tool lists waits for
+    /// the next batch (`fair.rs`).
+    pub max_batch_time: Duration,
 }
 
 /// The largest `max_batch_records` a configuration may set (the batch-size histogram's buckets reach it;
@@ -88,6 +92,7 @@ impl Default for WorkerSettings {
             max_batch_records: 20_000,
             keys: KeyLimits::default(),
             forget_unseen_tools_after: Duration::from_secs(30 * 24 * 3600),
+            max_batch_time: Duration::from_secs(1),
         }
     }
 }
@@ -183,6 +188,8 @@ pub struct Worker<C> {
     rollups: RollupCache,
     /// The bus time of the last sweep for tools unseen too long.
     swept_at: Option<Timestamp>,
+    /// Records a batch left for the next at its time budget (`fair.rs`), in order per stream.
+    carried: Vec<Delivered>,
     /// Dead letters per project and kind, stored with the batches that refused them.
     dead_letter_counts: dead_letters::DeadLetterCounts,
     /// Per stream, the input position up to which its calls are in rollups (a `rollups` state row each,
@@ -264,6 +271,7 @@ impl<C: Consumer> Worker<C> {
             rollups: RollupCache::default(),
             rollup_marks: BTreeMap::new(),
             swept_at: None,
+            carried: Vec::new(),
             dead_letter_counts: Default::default(),
         };
         worker.reload().await?;
@@ -305,6 +313,8 @@ impl<C: Consumer> Worker<C> {
         self.rollups.clear();
         self.rollup_marks.clear();
         self.dead_letter_counts.clear();
+        // The bus is read again from the stored positions: what was carried comes again.
+        self.carried.clear();
         self.restore(resume)?;
         self.backfill_rollups().await?;
         self.consumer.rewind(&self.positions).await?;
@@ -378,6 +388,7 @@ impl<C: Consumer> Worker<C> {
         self.positions.retain(|s, _| !revoked.contains(s));
         self.rollup_marks.retain(|s, _| !revoked.contains(s));
         self.dead_letter_counts.retain_streams(|s| !revoked.contains(&s));
+        self.carried.retain(|r| !revoked.contains(&r.position.partition));
         let resume = self.store.resume(Streams::Only(&change.assigned)).await?;
         self.restore(resume)?;
         self.backfill_rollups().await?;
@@ -410,21 +421,32 @@ impl<C: Consumer> Worker<C> {
         if let Some(in_flight) = &self.in_flight {
             read.extend(in_flight.positions.iter().map(|(s, o)| (*s, *o)));
         }
-        let mut records = match self.in_flight.is_some() {
+        // Records a batch before left for later come first; the bus is read after them. (They stay held
+        // until the poll succeeds: a Kafka consumer does not give them again.)
+        let mut after_carried = read.clone();
+        after_carried.extend(self.carried.iter().map(|r| (r.position.partition, r.position.offset)));
+        let room = max.saturating_sub(self.carried.len());
+        let mut polled = match (room, self.carried.is_empty(), self.in_flight.is_some()) {
+            (0, _, _) => Vec::new(),
+            (_, false, _) => self.consumer.poll(&after_carried, room, Duration::ZERO).await?,
             // Only what is ready: with nothing, the batch in flight is stored now rather than after the
             // wait (so positions, offsets and lag move as soon as its write lands), and the wait follows.
-            true => match self.consumer.poll(&read, max, Duration::ZERO).await? {
+            (_, true, true) => match self.consumer.poll(&read, room, Duration::ZERO).await? {
                 ready if ready.is_empty() => {
                     self.finish_in_flight().await?;
-                    self.consumer.poll(&read, max, wait).await?
+                    self.consumer.poll(&read, room, wait).await?
                 }
                 ready => ready,
             },
-            false => self.consumer.poll(&read, max, wait).await?,
+            (_, true, false) => self.consumer.poll(&read, room, wait).await?,
         };
         // A new owner of a partition starts at the group's committed offset, which may be behind the
         // stored position: records the stored state already includes are skipped.
-        records.retain(|r| read.get(&r.position.partition).is_none_or(|&last| r.position.offset > last));
+        polled.retain(|r| {
+            after_carried.get(&r.position.partition).is_none_or(|&last| r.position.offset > last)
+        });
+        let mut records = std::mem::take(&mut self.carried);
+        records.extend(polled);
         if records.is_empty() {
             // Idle: nothing waits behind the batch in flight.
             self.finish_in_flight().await?;
@@ -451,14 +473,27 @@ impl<C: Consumer> Worker<C> {
             self.forget_unseen_tools(now, &mut batch, &mut dirty);
         }
         let mut calls = self.read_calls(&records).await?;
-        for (record, call) in records.iter().zip(calls.iter_mut()) {
+        let started = std::time::Instant::now();
+        let (mut left, order) = fair::Schedule::new(&records);
+        for index in order {
+            let record = &records[index];
+            if left.leaves(index, record, started.elapsed() >= self.settings.max_batch_time) {
+                continue;
+            }
             metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
-            if let Err(refusal) = self.process(record, call.take(), &mut batch, &mut dirty, &mut declarations)
+            if let Err(refusal) =
+                self.process(record, calls[index].take(), &mut batch, &mut dirty, &mut declarations)
             {
                 dead.push(dead_letter(record, refusal.reason));
             }
             batch.positions.insert(record.position.partition, record.position.offset);
         }
+        let processed = records.len() - left.count();
+        if left.count() > 0 {
+            metrics::CARRIED_RECORDS.inc_by(left.count() as u64);
+            tracing::debug!(processed, carried = left.count(), streams = ?left.streams(), "batch closed at its time budget: tool-list streams carried over");
+        }
+        self.carried = left.take(records);
         let positions = batch.positions.clone();
         self.fold_rollups(&mut batch).await?;
         // Every batch says up to where its streams' calls are in rollups, in the write of its positions.
@@ -501,13 +536,13 @@ impl<C: Consumer> Worker<C> {
             }),
             positions,
             identities,
-            records: records.len(),
+            records: processed,
             rollup_rows,
             list_bytes: self.list_texts.take_parsed_bytes(),
         });
         // Memory is ahead of the store only by the batch in flight, which `finish_in_flight` settles.
         self.stale = false;
-        Ok(Progress { records: records.len() })
+        Ok(Progress { records: processed })
     }
 
     /// Now and then, where the bus can drop what this worker alone reads (the embedded log), makes the

@@ -156,6 +156,15 @@ pub static OLDEST_UNPROCESSED: LazyLock<Gauge> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+/// Records a batch left for the next once its time was spent (tool-list streams, `fair.rs`).
+pub static CARRIED_RECORDS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_carried_records_total",
+        "Records of tool-list streams a batch left for the next once detector.max_batch_millis was spent"
+    )
+    .expect("metric names are static and valid")
+});
+
 /// Tools forgotten for going unseen longer than `detector.forget_unseen_tools_after_seconds`.
 pub static FORGOTTEN_TOOLS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(

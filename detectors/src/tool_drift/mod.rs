@@ -41,14 +41,39 @@ pub use normal::{
 pub use security::ToolNames;
 pub use surfaces::{carried, diff_surfaces, server_hash, surfaces_empty};
 
-/// A tool list within `limits`: its size and nesting ([`ToolListLimits::check`]), and the nodes its
-/// references copy in when its tools are normalised (counted by expanding them, up to just past the limit).
+/// A tool list within `limits`: its size, its tools' names (the rules calls meet), their nesting
+/// ([`ToolListLimits::check`]), and the nodes its references copy in when its tools are normalised
+/// (counted by expanding them, up to just past the limit).
 pub fn check_tool_list(
     limits: &driftline_schemas::ToolListLimits,
     tools: &[Value],
 ) -> Result<(), driftline_schemas::ToolListTooLarge> {
+    check_tool_list_work(limits, tools, 0).map(|_| ())
+}
+
+/// [`check_tool_list`], answering what normalising the list costs the detector, in [`list_work`] units,
+/// for a list of `text_bytes`.
+pub fn check_tool_list_work(
+    limits: &driftline_schemas::ToolListLimits,
+    tools: &[Value],
+    text_bytes: usize,
+) -> Result<u64, driftline_schemas::ToolListTooLarge> {
+    if tools.len() > limits.max_tools {
+        return Err(driftline_schemas::ToolListTooLarge::Tools(tools.len(), limits.max_tools));
+    }
+    for (index, tool) in tools.iter().enumerate() {
+        driftline_schemas::check_tool_name(index, tool.get("name").and_then(Value::as_str))?;
+    }
     limits.check(tools)?;
-    refs_within(limits, tools, &mut 0)
+    let mut copied = 0;
+    refs_within(limits, tools, &mut copied)?;
+    Ok(list_work(text_bytes, copied))
+}
+
+/// What a tool list costs the detector, in bytes of schema read: its text, and 16 bytes for each node its
+/// `$ref`s copy in (a node is about that much text), which normalising walks as if written out.
+pub fn list_work(text_bytes: usize, copied_nodes: usize) -> u64 {
+    (text_bytes as u64).saturating_add((copied_nodes as u64).saturating_mul(16))
 }
 
 /// Adds the nodes the references of `tools` copy in to `copied`, refusing once the total is beyond the limit.
@@ -82,6 +107,10 @@ pub fn check_tools_text(
     use driftline_schemas::ToolListTooLarge;
     if tools.len() > limits.max_tools {
         return Err(ToolListTooLarge::Tools(tools.len(), limits.max_tools).into());
+    }
+    // Names first, as for values: the same list gets the same answer on every path.
+    for (index, entry) in tools.entries().iter().enumerate() {
+        driftline_schemas::check_tool_name(index, driftline_schemas::name_of(entry).as_deref())?;
     }
     let mut copied = 0usize;
     for (index, entry) in tools.entries().iter().enumerate() {
