@@ -247,7 +247,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
                 list_work: config.limits.list_work(),
             },
             clock: now,
-            list_budget: Arc::new(driftline_ingest::list_budget::ListWorkBudget::new(config.limits.list_work())),
+            list_budget: Arc::new(driftline_ingest::list_budget::ListWorkBudget::new(
+                config.limits.list_work(),
+            )),
         });
         app = app.merge(ingest);
         documents.push(ingest_doc);

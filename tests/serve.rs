@@ -1618,7 +1618,10 @@ fn fanning_schema(depth: usize, salt: usize) -> Value {
     let mut defs = serde_json::Map::new();
     for i in 0..depth {
         let next = format!("#/$defs/d{}", i + 1);
-        defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}));
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
+        );
     }
     defs.insert(format!("d{depth}"), json!({"type": "string", "description": format!("variant {salt}")}));
     json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs})
@@ -1632,15 +1635,20 @@ fn fanning_schema(depth: usize, salt: usize) -> Value {
 fn a_stream_of_heavy_lists_delays_another_projects_call_only_briefly() {
     let dir = temp_dir("heavy-lists");
     let config = dir.join("driftline.toml");
-    let text = KEYS.replace("SHA_ALPHA", &sha("alpha-key")).replace("SHA_BETA", &sha("beta-key"));
+    let text = KEYS
+        .replace("SHA_ALPHA", &sha("alpha-key"))
+        .replace("SHA_BETA", &sha("beta-key"))
+        .replace("SHA_READER", &sha("alpha-reader"));
     std::fs::write(&config, text).expect("config");
     let server = Server::start(
         &dir,
         Some(&config),
         &[
             ("DRIFTLINE__LIMITS__MAX_REF_EXPANSION_NODES", "200000"),
+            ("DRIFTLINE__LIMITS__MAX_BODY_BYTES", "1048576"),
             ("DRIFTLINE__LIMITS__TOOL_LIST_WORK_PER_SECOND", "1048576"),
-            ("DRIFTLINE__LIMITS__TOOL_LIST_WORK_BURST", "16777216"),
+            // The least the limits allow: the costliest list (1 MiB of text, 200,000 nodes copied in).
+            ("DRIFTLINE__LIMITS__TOOL_LIST_WORK_BURST", "4248577"),
         ],
     );
     let (alpha, beta) = (server.client(Some("alpha-key")), server.client(Some("beta-key")));
@@ -1656,7 +1664,10 @@ fn a_stream_of_heavy_lists_delays_another_projects_call_only_briefly() {
     }
     assert!(!refused.is_empty() && accepted < 30, "{accepted} accepted, none refused");
     let reason = refused[0]["error"].as_str().unwrap_or_default();
-    assert!(reason.contains("limits.tool_list_work_per_second") && reason.contains("send it again in"), "{reason}");
+    assert!(
+        reason.contains("limits.tool_list_work_per_second") && reason.contains("send it again in"),
+        "{reason}"
+    );
     // Another project's call, sent now, behind every list accepted.
     let call_sent = Instant::now();
     assert_eq!(beta.post_json("/v1/spans", &json!([span("b1", "lookup", json!({"id": 1}))])).0, 202);
@@ -1671,7 +1682,9 @@ fn a_stream_of_heavy_lists_delays_another_projects_call_only_briefly() {
         delay.as_secs_f64()
     );
     // The lists accepted are all read in the end.
-    alpha.wait_for_within(120, "/api/health/servers/heavy", "the heavy server's lists read", |s| s["tool_count"] == 1);
+    alpha.wait_for_within(120, "/api/health/servers/heavy", "the heavy server's lists read", |s| {
+        s["tool_count"] == 1
+    });
     check_config_refuses("limits.tool_list_work_burst", "1000");
     check_config_refuses("detector.max_batch_millis", "0");
 }

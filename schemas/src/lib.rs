@@ -23,7 +23,9 @@ pub use commands::{DeadLetter, OperatorCommand};
 pub use declaration::{OutputDeclaration, OUTPUT_DECLARATION};
 pub use ids::{derive_id, InputPosition, OutputKind};
 pub use log_budget::LogBudget;
-pub use names::{KeyError, KeyLimits, ListWorkLimits, NameError, ProjectName, ServerKey, ServerName, ToolKey, ToolName};
+pub use names::{
+    KeyError, KeyLimits, ListWorkLimits, NameError, ProjectName, ServerKey, ServerName, ToolKey, ToolName,
+};
 pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES, TOP_SECURITY_FLAGS};
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason, SignalKind};
 pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan, MAX_ID_BYTES};
@@ -34,8 +36,8 @@ pub use tool_drift::{
     ServerStatus, Severity,
 };
 pub use tool_list::{
-    check_tool_name, json_depth, McpTool, ProbeFailure, ServerSurfaces, SnapshotSource, ToolListLimits, ToolListRecord,
-    ToolListSnapshot, ToolListTooLarge,
+    check_tool_name, json_depth, McpTool, ProbeFailure, ServerSurfaces, SnapshotSource, ToolListLimits,
+    ToolListRecord, ToolListSnapshot, ToolListTooLarge,
 };
 pub use tools_text::{name_of, DeclaredTool, ToolsText};
 

@@ -27,11 +27,8 @@ pub struct Schedule {
 impl Schedule {
     /// The schedule of `records`, and the order to process them in (indices into `records`).
     pub fn new(records: &[Delivered]) -> (Self, Vec<usize>) {
-        let list_streams: BTreeSet<u32> = records
-            .iter()
-            .filter(|r| r.topic == Topic::ToolLists)
-            .map(|r| r.position.partition)
-            .collect();
+        let list_streams: BTreeSet<u32> =
+            records.iter().filter(|r| r.topic == Topic::ToolLists).map(|r| r.position.partition).collect();
         let mut order = Vec::with_capacity(records.len());
         let mut queues: BTreeMap<u32, VecDeque<usize>> = BTreeMap::new();
         for (index, record) in records.iter().enumerate() {
@@ -78,7 +75,12 @@ impl Schedule {
 
     /// The records left, in their order.
     pub fn take(self, records: Vec<Delivered>) -> Vec<Delivered> {
-        records.into_iter().enumerate().filter(|(index, _)| self.left.contains(index)).map(|(_, r)| r).collect()
+        records
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| self.left.contains(index))
+            .map(|(_, r)| r)
+            .collect()
     }
 }
 
@@ -118,7 +120,11 @@ mod tests {
             }
         }
         let kept: Vec<u64> = schedule.take(records).iter().map(|r| r.position.offset).collect();
-        assert_eq!((done.as_slice(), kept), (processed, left.iter().map(|&i| i as u64).collect()), "{script}");
+        assert_eq!(
+            (done.as_slice(), kept),
+            (processed, left.iter().map(|&i| i as u64).collect()),
+            "{script}"
+        );
     }
 
     #[test]

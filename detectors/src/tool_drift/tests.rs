@@ -2014,3 +2014,38 @@ fn a_list_whose_references_fan_out_is_refused_and_one_that_reuses_a_definition_i
         check_tool_list(&ToolListLimits::default(), &listed).map_err(|err| err.to_string())
     );
 }
+
+/// Tool names meet the rules of calls on every path — the values ingest and the probe check, the text the
+/// worker checks — with one answer: a tool its calls could not name is refused, naming the tool.
+#[test]
+fn a_list_whose_tool_names_calls_could_not_carry_is_refused_on_every_path() {
+    use driftline_schemas::{ToolListLimits, ToolListTooLarge};
+    let limits = ToolListLimits::default();
+    let as_text = |tools: &[Value]| {
+        check_tools_text(&limits, &ToolsText::from_values(tools)).map_err(|err| err.to_string())
+    };
+    let long = "n".repeat(257);
+    for (name, expected) in [
+        (json!("."), "not . or .."),
+        (json!(".."), "not . or .."),
+        (json!("a\u{1}b"), "without control characters"),
+        (json!(long), "1-256 bytes"),
+        (json!(""), "1-256 bytes"),
+        (json!(7), "name must be a string"),
+        (Value::Null, "name must be a string"),
+    ] {
+        let tools = [json!({"name": "fine"}), json!({"name": name, "description": "x"})];
+        let refused = check_tool_list(&limits, &tools).expect_err("a bad name");
+        assert!(
+            matches!(&refused, ToolListTooLarge::ToolName(1, why) if why.contains(expected)),
+            "{name}: {refused}"
+        );
+        assert_eq!(as_text(&tools), Err(refused.to_string()), "{name}");
+    }
+    let nameless = [json!({"description": "no name"})];
+    assert!(matches!(check_tool_list(&limits, &nameless), Err(ToolListTooLarge::ToolName(0, _))));
+    // Names with `/`, spaces and any other printable characters are tools' own: accepted.
+    let fine = [json!({"name": "a/b c:d@e"}), json!({"name": "ünïcode-名前"})];
+    assert_eq!(check_tool_list(&limits, &fine), Ok(()));
+    assert_eq!(as_text(&fine), Ok(()));
+}
