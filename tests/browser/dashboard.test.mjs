@@ -632,3 +632,47 @@ test('an event the history answered without its lists fetches them when its sche
   assert.match(await schemas.innerText(), /b1099/);
   await page.close();
 });
+
+test('records the detector refused are shown on the server list, hostile names as text', async () => {
+  // Its own driftline, holding one tool per project: the second tool's call is refused.
+  const dir = mkdtempSync(path.join(tmpdir(), 'driftline-ui-dead-'));
+  const own = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', dir], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn', DRIFTLINE__LIMITS__MAX_TOOLS_PER_PROJECT: '1' },
+  });
+  try {
+    const base = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
+      createInterface({ input: own.stdout }).once('line', (line) => {
+        clearTimeout(timer);
+        resolve(line.replace('driftline listening on ', '').trim());
+      });
+    });
+    const hostile = '<img src=x onerror="window.pwned=1">';
+    const spans = ['lookup', hostile].map((tool, i) => ({ span_id: `d-${i}`, server: 'srv', tool,
+      started_at: new Date().toISOString(), duration_ms: 5, status: 'success', return_value: { ok: true } }));
+    const sent = await fetch(`${base}/v1/spans`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(spans) });
+    assert.equal(sent.status, 202);
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const counts = await fetch(`${base}/api/health/dead-letters`).then((r) => r.json(), () => []);
+      if (counts.length > 0) break;
+      assert.ok(Date.now() < deadline, 'the refused call counted within 30 s');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    await page.goto(base);
+    const notice = page.locator('#dead-letters [data-kind="tool_limit"]');
+    await notice.waitFor();
+    const text = await notice.innerText();
+    assert.match(text, /^1 record \(tool limit\), the last /);
+    assert.ok(text.includes('limits.max_tools_per_project = 1') && text.includes(hostile), text);
+    assert.equal(await page.locator('#dead-letters img').count(), 0);
+    assert.equal(await page.evaluate(() => window.pwned), undefined);
+    console.log(`dead letters: ${await shot(page, 'dead-letters')}`);
+    await page.close();
+  } finally {
+    own.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
