@@ -365,6 +365,10 @@ pub struct DetectorConfig {
     /// A tool call sent again (same project, server, tool, trace and span id) within this many hours of
     /// the first is acknowledged and counted once. [1, 720]
     pub repeat_window_hours: u32,
+    /// Memory for the identities of recent calls, where the detector remembers them (the ClickHouse store:
+    /// about 64 bytes a call); beyond it the oldest leave before their window ends, and a retry of one is
+    /// counted again (`driftline_worker_repeat_identities_evicted_total`). [1048576, 1099511627776]
+    pub repeat_memory_bytes: usize,
     /// Records the detector reads into one batch at most: a batch takes what the bus has ready, so under
     /// light load batches stay small (low latency) and on a backlog each store write carries many records.
     /// [1, 100000]
@@ -395,6 +399,7 @@ impl Default for DetectorConfig {
             security_hold: SecurityHold::default(),
             high_risk_sessions: 10,
             repeat_window_hours: 24,
+            repeat_memory_bytes: 256 << 20,
             max_batch_records: 20_000,
             forget_unseen_tools_after_seconds: 30 * 24 * 3600,
             max_batch_millis: 1000,
@@ -669,6 +674,12 @@ impl Config {
             bail!(
                 "detector.repeat_window_hours = {} is out of bounds: it must be in [1, 720]",
                 self.detector.repeat_window_hours
+            );
+        }
+        if !(1 << 20..=1 << 40).contains(&self.detector.repeat_memory_bytes) {
+            bail!(
+                "detector.repeat_memory_bytes = {} is out of bounds: it must be in [1048576, 1099511627776]",
+                self.detector.repeat_memory_bytes
             );
         }
         if !(10..=600_000).contains(&self.detector.max_batch_millis) {

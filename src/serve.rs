@@ -144,6 +144,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let settings = WorkerSettings {
         thresholds: config.detector.thresholds(),
         repeat_window_hours: config.detector.repeat_window_hours,
+        repeat_memory_bytes: config.detector.repeat_memory_bytes,
         throttle: Duration::from_millis(config.detector.test_batch_pause_ms),
         stop_after_batches: Some(config.detector.test_stop_after_batches).filter(|&n| n > 0),
         tool_lists: config.limits.tool_lists(),

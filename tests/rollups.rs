@@ -149,6 +149,17 @@ impl DetectorStore for Crashing {
     ) -> Result<std::collections::HashMap<String, InputPosition>, StoreError> {
         self.inner.stored_calls(identities, since).await
     }
+    fn repeat_lookup(&self) -> driftline_store::RepeatLookup {
+        self.inner.repeat_lookup()
+    }
+    async fn recent_identities(
+        &self,
+        streams: Streams<'_>,
+        since: Timestamp,
+        most_per_stream: usize,
+    ) -> Result<Vec<(String, InputPosition, Timestamp)>, StoreError> {
+        self.inner.recent_identities(streams, since, most_per_stream).await
+    }
 }
 
 fn wall_clock() -> i64 {
@@ -509,6 +520,17 @@ impl DetectorStore for WithoutRollups {
         since: Timestamp,
     ) -> Result<std::collections::HashMap<String, InputPosition>, StoreError> {
         self.inner.stored_calls(identities, since).await
+    }
+    fn repeat_lookup(&self) -> driftline_store::RepeatLookup {
+        self.inner.repeat_lookup()
+    }
+    async fn recent_identities(
+        &self,
+        streams: Streams<'_>,
+        since: Timestamp,
+        most_per_stream: usize,
+    ) -> Result<Vec<(String, InputPosition, Timestamp)>, StoreError> {
+        self.inner.recent_identities(streams, since, most_per_stream).await
     }
 }
 

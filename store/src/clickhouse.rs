@@ -36,10 +36,9 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schemas/clickhouse/0003_notifications.sql"),
     include_str!("../../schemas/clickhouse/0004_rollups.sql"),
     include_str!("../../schemas/clickhouse/0005_surfaces.sql"),
+    include_str!("../../schemas/clickhouse/0006_call_identities_by_stream.sql"),
 ];
 const CONSUMER: &str = "detectors";
-/// Identities looked up in one query: a default batch (20,000 records) in one, the largest (100,000) in four.
-const IDENTITIES_PER_LOOKUP: usize = 25_000;
 const POSITION: &str = "position";
 
 /// Where the ClickHouse HTTP interface is and which database holds driftline's tables.
@@ -860,7 +859,7 @@ impl DetectorStore for ClickHouseStore {
             Box::pin(self.insert("tool_shapes", &shapes)),
             Box::pin(self.insert("settings", &settings)),
             Box::pin(self.insert("applied_commands", &commands)),
-            Box::pin(self.insert("call_identities", &identities)),
+            Box::pin(self.insert("call_identities_by_stream", &identities)),
             Box::pin(self.insert("notifications", &notifications)),
         ])
         .await?;
@@ -1041,35 +1040,53 @@ impl DetectorStore for ClickHouseStore {
         Ok(resume)
     }
 
+    fn repeat_lookup(&self) -> crate::RepeatLookup {
+        crate::RepeatLookup::Remember
+    }
+
+    async fn recent_identities(
+        &self,
+        streams: Streams<'_>,
+        since: Timestamp,
+        most_per_stream: usize,
+    ) -> Result<Vec<(String, InputPosition, Timestamp)>, StoreError> {
+        // One range of the sort key per stream (stream, then time).
+        let (filter, streams) = match streams {
+            Streams::All => ("1", Vec::new()),
+            Streams::Only(streams) => ("partition IN ?", streams.to_vec()),
+        };
+        let mut query = self.client.query(&format!(
+            "SELECT identity, partition, offset, ingested_at FROM call_identities_by_stream
+             WHERE {filter} AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))
+             ORDER BY partition, ingested_at DESC LIMIT ? BY partition"
+        ));
+        if !streams.is_empty() {
+            query = query.bind(streams);
+        }
+        let rows: Vec<CallIdentityRow> =
+            query.bind(ms(since)).bind(most_per_stream as u64).fetch_all().await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| {
+                let at = Timestamp::from_millis(row.ingested_at)?;
+                Some((row.identity, InputPosition { partition: row.partition, offset: row.offset }, at))
+            })
+            .collect())
+    }
+
     async fn stored_calls(
         &self,
         identities: &[String],
         since: Timestamp,
     ) -> Result<HashMap<String, InputPosition>, StoreError> {
-        // Identities are hex digests: listed as literals, the lookup uses the sort key.
-        let hex: Vec<&String> =
-            identities.iter().filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_hexdigit())).collect();
-        let mut stored = HashMap::new();
-        // A detector batch in one query (each query reads the granules its identities fall in; random
-        // identities fall in most of them): its list of literals is longer than ClickHouse's default
-        // query size limit.
-        for chunk in hex.chunks(IDENTITIES_PER_LOOKUP) {
-            let list = chunk.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(",");
-            let rows: Vec<(String, u32, u64)> = self
-                .client
-                .query(&format!(
-                    "SELECT identity, partition, offset FROM call_identities FINAL
-                     WHERE identity IN ({list}) AND ingested_at >= fromUnixTimestamp64Milli(toInt64(?))"
-                ))
-                .with_setting("max_query_size", (list.len() + 4096).to_string())
-                .bind(ms(since))
-                .fetch_all()
-                .await?;
-            for (identity, partition, offset) in rows {
-                stored.insert(identity, InputPosition { partition, offset });
-            }
-        }
-        Ok(stored)
+        // Not the worker's way here (`RepeatLookup::Remember`): a full read of the window, for tools.
+        let wanted: std::collections::HashSet<&String> = identities.iter().collect();
+        let rows = self.recent_identities(Streams::All, since, usize::MAX / 2).await?;
+        Ok(rows
+            .into_iter()
+            .filter(|(identity, _, _)| wanted.contains(identity))
+            .map(|(identity, position, _)| (identity, position))
+            .collect())
     }
 
     /// The tables' TTLs expire rows by age; what a TTL cannot say is "all but a server's newest

@@ -140,6 +140,19 @@ pub fn dead_letter_counts(states: impl IntoIterator<Item = String>) -> Vec<DeadL
     DeadLetterCount::merge(states.into_iter().filter_map(|state| serde_json::from_str(&state).ok()))
 }
 
+/// How a worker finds the calls already stored that a new record repeats (a client's retry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepeatLookup {
+    /// Ask the store per batch ([`DetectorStore::stored_calls`]): a B-tree lookup per identity, whose cost
+    /// does not grow with what is stored (SQLite).
+    Store,
+    /// Remember the identities of each stream's calls within the repeat window, loaded with
+    /// [`DetectorStore::recent_identities`] when the worker takes the stream: ClickHouse sorts data for
+    /// ranges, and a batch of scattered identities read most of the table (its cost grew with every call
+    /// stored in 30 days).
+    Remember,
+}
+
 /// A key whose detector state a batch drops.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Forgotten {
@@ -263,6 +276,17 @@ pub trait DetectorStore: Send + Sync {
         identities: &[String],
         since: Timestamp,
     ) -> Result<HashMap<String, InputPosition>, StoreError>;
+    /// How the worker tells a call sent again ([`RepeatLookup`]).
+    fn repeat_lookup(&self) -> RepeatLookup;
+    /// The identities of the calls stored from these streams and received at or after `since`, newest
+    /// first, at most `most_per_stream` of each stream: what a worker remembers when it takes a stream
+    /// ([`RepeatLookup::Remember`]). Read by stream and time, never by scattered identities.
+    async fn recent_identities(
+        &self,
+        streams: Streams<'_>,
+        since: Timestamp,
+        most_per_stream: usize,
+    ) -> Result<Vec<(String, InputPosition, Timestamp)>, StoreError>;
     /// Makes every applied batch durable where the store defers that (SQLite syncs its log only at
     /// checkpoints): the bus may then drop the records those batches came from.
     async fn sync(&self) -> Result<(), StoreError> {

@@ -760,6 +760,50 @@ impl DetectorStore for SqliteStore {
         }
     }
 
+    fn repeat_lookup(&self) -> crate::RepeatLookup {
+        crate::RepeatLookup::Store
+    }
+
+    async fn recent_identities(
+        &self,
+        streams: Streams<'_>,
+        since: Timestamp,
+        most_per_stream: usize,
+    ) -> Result<Vec<(String, InputPosition, Timestamp)>, StoreError> {
+        let only = match streams {
+            Streams::All => None,
+            Streams::Only(streams) => Some(streams.to_vec()),
+        };
+        Self::with(&self.lookup, move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT identity, partition, offset, ingested_at FROM call_identities WHERE ingested_at >= ?1",
+            )?;
+            let mut rows: Vec<(String, InputPosition, Timestamp)> = select
+                .query_map(params![ms(since)], |row| {
+                    let identity = match row.get_ref(0)? {
+                        rusqlite::types::ValueRef::Blob(bytes) => hex::encode(bytes),
+                        other => String::from_utf8_lossy(other.as_bytes().unwrap_or_default()).into_owned(),
+                    };
+                    let position = InputPosition { partition: row.get(1)?, offset: row.get::<_, i64>(2)? as u64 };
+                    Ok((identity, position, row.get::<_, i64>(3)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .filter(|(_, position, _)| only.as_ref().is_none_or(|only| only.contains(&position.partition)))
+                .filter_map(|(identity, position, at)| Some((identity, position, Timestamp::from_millis(at)?)))
+                .collect();
+            rows.sort_by_key(|(_, position, at)| (position.partition, std::cmp::Reverse(*at)));
+            let mut kept: HashMap<u32, usize> = HashMap::new();
+            rows.retain(|(_, position, _)| {
+                let count = kept.entry(position.partition).or_default();
+                *count += 1;
+                *count <= most_per_stream
+            });
+            Ok(rows)
+        })
+        .await
+    }
+
     async fn stored_calls(
         &self,
         identities: &[String],

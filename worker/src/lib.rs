@@ -10,6 +10,7 @@ mod fair;
 pub mod keys;
 mod metrics;
 pub mod refusal;
+pub mod repeats;
 pub mod tool_lists;
 
 use keys::{KeyLimits, KeysHeld};
@@ -58,6 +59,9 @@ pub struct WorkerSettings {
     pub thresholds: DetectorThresholds,
     /// How long a call sent again (same identity) is recognised and counted once.
     pub repeat_window_hours: u32,
+    /// Memory for the identities of recent calls, where the worker remembers them
+    /// ([`RepeatLookup::Remember`]): beyond it the oldest leave before their window ends.
+    pub repeat_memory_bytes: usize,
     /// A pause after each stored batch: zero, except in tests that need a detector slower than its input.
     pub throttle: Duration,
     /// Tests of supervision only: the worker stops after this many stored batches, as a crashed one would.
@@ -86,6 +90,7 @@ impl Default for WorkerSettings {
         WorkerSettings {
             thresholds: DetectorThresholds::default(),
             repeat_window_hours: 24,
+            repeat_memory_bytes: 256 << 20,
             throttle: Duration::ZERO,
             stop_after_batches: None,
             tool_lists: driftline_schemas::ToolListLimits::default(),
@@ -190,6 +195,8 @@ pub struct Worker<C> {
     swept_at: Option<Timestamp>,
     /// Records a batch left for the next at its time budget (`fair.rs`), in order per stream.
     carried: Vec<Delivered>,
+    /// The identities of recent calls per stream, where the store is not asked per batch.
+    recent: repeats::RecentCalls,
     /// Dead letters per project and kind, stored with the batches that refused them.
     dead_letter_counts: dead_letters::DeadLetterCounts,
     /// Per stream, the input position up to which its calls are in rollups (a `rollups` state row each,
@@ -272,6 +279,10 @@ impl<C: Consumer> Worker<C> {
             rollup_marks: BTreeMap::new(),
             swept_at: None,
             carried: Vec::new(),
+            recent: repeats::RecentCalls::new(
+                i64::from(settings.repeat_window_hours) * 3_600_000,
+                settings.repeat_memory_bytes,
+            ),
             dead_letter_counts: Default::default(),
         };
         worker.reload().await?;
@@ -316,11 +327,54 @@ impl<C: Consumer> Worker<C> {
         // The bus is read again from the stored positions: what was carried comes again.
         self.carried.clear();
         self.restore(resume)?;
+        self.recent.clear();
+        self.load_recent(streams).await?;
         self.backfill_rollups().await?;
         self.consumer.rewind(&self.positions).await?;
         self.stale = false;
         tracing::info!(positions = ?self.positions, servers = self.servers.len(), tools = self.tools.len(), "detector state restored");
         Ok(())
+    }
+
+    /// Where the worker remembers recent calls ([`RepeatLookup::Remember`]): loads those of `streams`
+    /// received within the repeat window (by the wall clock: the bus's time of the newest stored call is
+    /// not known yet), as many as memory holds.
+    async fn load_recent(&mut self, streams: Streams<'_>) -> Result<(), WorkerError> {
+        if self.store.repeat_lookup() != RepeatLookup::Remember {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let window = i64::from(self.settings.repeat_window_hours) * 3_600_000;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let Some(since) = Timestamp::from_millis(now.saturating_sub(window).max(0)) else { return Ok(()) };
+        let mut rows = self.store.recent_identities(streams, since, self.recent.capacity()).await?;
+        rows.sort_by_key(|(_, position, at)| (*at, position.partition, position.offset));
+        let count = rows.len();
+        for (identity, position, at) in rows {
+            self.recent.remember(repeats::identity_key(&identity), position, at.as_millis());
+        }
+        self.report_recent();
+        tracing::info!(identities = count, held = self.recent.len(), seconds = started.elapsed().as_secs_f64(), "recent call identities loaded");
+        Ok(())
+    }
+
+    /// The gauges of what [`Worker::recent`] holds, and the identities it let go early.
+    fn report_recent(&mut self) {
+        let evicted = self.recent.take_evicted();
+        if evicted > 0 {
+            metrics::REPEAT_EVICTED.inc_by(evicted);
+            if let Some(suppressed) = self.dead_letter_lines.take(std::time::Instant::now()) {
+                tracing::warn!(evicted, capacity = self.recent.capacity(), suppressed, "call identities left memory before their repeat window ended (detector.repeat_memory_bytes): a retry of one is counted again");
+            }
+        }
+        metrics::REPEAT_IDENTITIES.set(self.recent.len() as i64);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let horizon = self.recent.oldest().map_or(0, |oldest| (now - oldest).max(0)) as f64 / 1e3;
+        metrics::REPEAT_HORIZON.set(horizon.min(f64::from(self.settings.repeat_window_hours) * 3600.0));
     }
 
     /// Adds stored state, positions and settings to what memory holds.
@@ -389,8 +443,10 @@ impl<C: Consumer> Worker<C> {
         self.rollup_marks.retain(|s, _| !revoked.contains(s));
         self.dead_letter_counts.retain_streams(|s| !revoked.contains(&s));
         self.carried.retain(|r| !revoked.contains(&r.position.partition));
+        self.recent.retain_streams(|s| !revoked.contains(&s));
         let resume = self.store.resume(Streams::Only(&change.assigned)).await?;
         self.restore(resume)?;
+        self.load_recent(Streams::Only(&change.assigned)).await?;
         self.backfill_rollups().await?;
         tracing::info!(assigned = ?change.assigned, revoked = ?change.revoked, servers = self.servers.len(), tools = self.tools.len(), "detector partitions rebalanced");
         Ok(())
@@ -636,6 +692,7 @@ impl<C: Consumer> Worker<C> {
         if lag == 0 {
             metrics::OLDEST_UNPROCESSED.set(0.0);
         }
+        self.report_recent();
         metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
         metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
         tracing::debug!(records, rollup_rows, seconds, lag, "batch stored");
@@ -825,12 +882,18 @@ impl<C: Consumer> Worker<C> {
         let window = i64::from(self.settings.repeat_window_hours) * 3_600_000;
         let since =
             Timestamp::from_millis(earliest.saturating_sub(window)).unwrap_or_else(|| records[0].appended_at);
-        let stored = self.store.stored_calls(&identities, since).await?;
+        let stored = match self.store.repeat_lookup() {
+            RepeatLookup::Store => self.store.stored_calls(&identities, since).await?,
+            // Every call this worker's streams carried in the window is in `recent`.
+            RepeatLookup::Remember => HashMap::new(),
+        };
         let mut seen = std::collections::HashSet::new();
         for (record, call) in records.iter().zip(calls.iter_mut()) {
             if let Some(SpanRecord::Call { identity, repeat, .. }) = call {
                 let in_flight = self.in_flight.as_ref().and_then(|batch| batch.identities.get(identity));
-                let elsewhere = stored.get(identity).or(in_flight).is_some_and(|at| *at != record.position);
+                let remembered = self.recent.find(repeats::identity_key(identity));
+                let first = stored.get(identity).or(in_flight).copied().or(remembered);
+                let elsewhere = first.is_some_and(|at| at != record.position);
                 *repeat = elsewhere || !seen.insert(identity.clone());
             }
         }
@@ -900,6 +963,10 @@ impl<C: Consumer> Worker<C> {
                         let key = call.key();
                         // Checked before the call's identity is kept: a refused call is no call stored.
                         self.room_for_tool(&key).map(|()| {
+                            if self.store.repeat_lookup() == RepeatLookup::Remember {
+                                let at = record.appended_at.as_millis();
+                                self.recent.remember(repeats::identity_key(&identity), record.position, at);
+                            }
                             batch.call_identities.push((identity, record.position, record.appended_at));
                             self.call(*call, key, record, batch, dirty);
                         })

@@ -165,6 +165,33 @@ pub static CARRIED_RECORDS: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
+/// Call identities the worker remembers (where the store is not asked per batch).
+pub static REPEAT_IDENTITIES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "driftline_worker_repeat_identities",
+        "Identities of recent calls held to tell a call sent again (detector.repeat_memory_bytes bounds them)"
+    )
+    .expect("metric names are static and valid")
+});
+
+/// Identities let go before their window ended: a retry of one of them is counted again.
+pub static REPEAT_EVICTED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "driftline_worker_repeat_identities_evicted_total",
+        "Call identities that left memory before the repeat window ended (a retry of one is counted again)"
+    )
+    .expect("metric names are static and valid")
+});
+
+/// How far back a call sent again is still told: the age of the oldest identity held (at most the window).
+pub static REPEAT_HORIZON: LazyLock<Gauge> = LazyLock::new(|| {
+    register_gauge!(
+        "driftline_worker_repeat_horizon_seconds",
+        "Age of the oldest call identity held: retries of calls older than this are counted again"
+    )
+    .expect("metric names are static and valid")
+});
+
 /// Tools forgotten for going unseen longer than `detector.forget_unseen_tools_after_seconds`.
 pub static FORGOTTEN_TOOLS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
