@@ -166,7 +166,7 @@ struct NotifiedRow {
     sent_at: i64,
 }
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct CallIdentityRow {
     identity: String,
     partition: u32,
@@ -1053,6 +1053,7 @@ impl DetectorStore for ClickHouseStore {
         // One range of the sort key per stream (stream, then time).
         let (filter, streams) = match streams {
             Streams::All => ("1", Vec::new()),
+            Streams::Only([]) => return Ok(Vec::new()),
             Streams::Only(streams) => ("partition IN ?", streams.to_vec()),
         };
         let mut query = self.client.query(&format!(

@@ -37,7 +37,7 @@ use driftline_schemas::{
 };
 use driftline_store::rollup::RollupCache;
 use driftline_store::{
-    Batch, DetectorState, DetectorStore, EventUpdate, Forgotten, Resume, ServerRow, StoreError,
+    Batch, DetectorState, DetectorStore, EventUpdate, Forgotten, RepeatLookup, Resume, ServerRow, StoreError,
     StoredToolList, Streams, ToolShapeRow,
 };
 use serde_json::json;
@@ -356,7 +356,12 @@ impl<C: Consumer> Worker<C> {
             self.recent.remember(repeats::identity_key(&identity), position, at.as_millis());
         }
         self.report_recent();
-        tracing::info!(identities = count, held = self.recent.len(), seconds = started.elapsed().as_secs_f64(), "recent call identities loaded");
+        tracing::info!(
+            identities = count,
+            held = self.recent.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "recent call identities loaded"
+        );
         Ok(())
     }
 

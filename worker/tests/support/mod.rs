@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use driftline_schemas::{InputPosition, Timestamp, ToolKey};
 use driftline_store::rollup::{Backfill, Rollup, RollupKey};
-use driftline_store::{Batch, DetectorStore, Resume, SqliteStore, StoreError, Streams};
+use driftline_store::{Batch, DetectorStore, RepeatLookup, Resume, SqliteStore, StoreError, Streams};
 
 /// What a test does in place of the store's batch write and its lookup of stored calls (by default, what
 /// the store does).
@@ -23,6 +23,11 @@ pub trait Hooks: Send + Sync {
         since: Timestamp,
     ) -> Result<HashMap<String, InputPosition>, StoreError> {
         store.stored_calls(identities, since).await
+    }
+
+    /// How the worker tells a call sent again (the store's own way by default).
+    fn repeat_lookup(&self, store: &SqliteStore) -> RepeatLookup {
+        store.repeat_lookup()
     }
 }
 
@@ -55,5 +60,16 @@ impl<H: Hooks> DetectorStore for Hooked<H> {
         since: Timestamp,
     ) -> Result<HashMap<String, InputPosition>, StoreError> {
         self.hooks.stored_calls(&self.inner, identities, since).await
+    }
+    fn repeat_lookup(&self) -> RepeatLookup {
+        self.hooks.repeat_lookup(&self.inner)
+    }
+    async fn recent_identities(
+        &self,
+        streams: Streams<'_>,
+        since: Timestamp,
+        most_per_stream: usize,
+    ) -> Result<Vec<(String, InputPosition, Timestamp)>, StoreError> {
+        self.inner.recent_identities(streams, since, most_per_stream).await
     }
 }
