@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: bench-scale bench-scale-smoke fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: bench-repeats bench-scale bench-scale-smoke fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -138,6 +138,12 @@ bench: infra-up
 ## rdkafka producer; recovery after kill -9 of the detector.
 bench-distributed: infra-up
 	DRIFTLINE_BENCH_MODE=split $(CARGO) bench --locked --bench ingest_load
+
+## bench-repeats: what telling a call sent again costs on ClickHouse at N (8,000,000) stored identities: the
+## per-batch lookup of before next to the range read a detector does now when it takes a stream.
+bench-repeats:
+	deploy/local/clickhouse.sh up
+	scripts/bench-repeat-lookup.sh
 
 ## bench-scale: the API's reads of traffic at SCALE_CALLS (50,000,000) calls of one project, from rollups next to
 ## the raw-call scans they replaced, and the rollups' write overhead, on SQLite and on ClickHouse (the local

@@ -366,7 +366,7 @@ pub struct DetectorConfig {
     /// the first is acknowledged and counted once. [1, 720]
     pub repeat_window_hours: u32,
     /// Memory for the identities of recent calls, where the detector remembers them (the ClickHouse store:
-    /// about 64 bytes a call); beyond it the oldest leave before their window ends, and a retry of one is
+    /// at most 128 bytes a call); beyond it the oldest leave before their window ends, and a retry of one is
     /// counted again (`driftline_worker_repeat_identities_evicted_total`). [1048576, 1099511627776]
     pub repeat_memory_bytes: usize,
     /// Records the detector reads into one batch at most: a batch takes what the bus has ready, so under

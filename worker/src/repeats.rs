@@ -13,9 +13,10 @@ use std::collections::{HashMap, VecDeque};
 
 use driftline_schemas::InputPosition;
 
-/// Bytes one identity takes here: its key and position in the map (with the map's spare room), and its
-/// entry in the order of arrival.
-pub const BYTES_PER_IDENTITY: usize = 64;
+/// Bytes one identity takes here at most: its key and position in the map (33 B a slot, up to 2.3 slots an
+/// entry as the map grows by doubling) and its entry in the order of arrival (24 B, up to twice as
+/// allocated); about 100 B on average. Tested: [`RecentCalls::allocated_bytes`] stays within it.
+pub const BYTES_PER_IDENTITY: usize = 128;
 
 /// An identity (32 hex digits of SHA-256) as a number; any other text by a digest of it.
 pub fn identity_key(identity: &str) -> u128 {
@@ -34,8 +35,9 @@ pub fn identity_key(identity: &str) -> u128 {
 #[derive(Debug)]
 pub struct RecentCalls {
     first: HashMap<u128, InputPosition>,
-    /// (bus time in ms, identity), in the order remembered.
-    order: VecDeque<(i64, u128)>,
+    /// (bus time in ms, identity as two halves: 24 bytes where a `u128` would align the pair to 32), in
+    /// the order remembered.
+    order: VecDeque<(i64, u64, u64)>,
     window_ms: i64,
     capacity: usize,
     /// Identities that left before their window ended, since the last [`RecentCalls::take_evicted`].
@@ -63,10 +65,11 @@ impl RecentCalls {
     pub fn remember(&mut self, key: u128, position: InputPosition, at_ms: i64) {
         if let std::collections::hash_map::Entry::Vacant(new) = self.first.entry(key) {
             new.insert(position);
-            self.order.push_back((at_ms, key));
+            self.order.push_back((at_ms, (key >> 64) as u64, key as u64));
         }
         let oldest_kept = at_ms.saturating_sub(self.window_ms);
-        while let Some(&(at, key)) = self.order.front() {
+        while let Some(&(at, high, low)) = self.order.front() {
+            let key = (u128::from(high) << 64) | u128::from(low);
             let expired = at < oldest_kept;
             if !expired && self.order.len() <= self.capacity {
                 break;
@@ -81,7 +84,8 @@ impl RecentCalls {
     pub fn retain_streams(&mut self, keep: impl Fn(u32) -> bool) {
         self.first.retain(|_, position| keep(position.partition));
         let first = &self.first;
-        self.order.retain(|(_, key)| first.contains_key(key));
+        self.order
+            .retain(|(_, high, low)| first.contains_key(&((u128::from(*high) << 64) | u128::from(*low))));
     }
 
     pub fn clear(&mut self) {
@@ -104,7 +108,14 @@ impl RecentCalls {
 
     /// The bus time of the oldest identity held.
     pub fn oldest(&self) -> Option<i64> {
-        self.order.front().map(|(at, _)| *at)
+        self.order.front().map(|(at, _, _)| *at)
+    }
+
+    /// Bytes allocated for what is held: what `detector.repeat_memory_bytes` bounds.
+    pub fn allocated_bytes(&self) -> usize {
+        // A hashbrown slot: the entry and one control byte.
+        self.first.capacity() * (std::mem::size_of::<(u128, InputPosition)>() + 1)
+            + self.order.capacity() * std::mem::size_of::<(i64, u64, u64)>()
     }
 
     pub fn take_evicted(&mut self) -> u64 {
@@ -139,6 +150,33 @@ mod tests {
         assert_eq!(recent.oldest(), Some(1000));
         recent.retain_streams(|stream| stream == 1);
         assert!(recent.is_empty());
+    }
+
+    /// However many are held, what is allocated stays within [`BYTES_PER_IDENTITY`] each, so the memory
+    /// bound holds (at the sizes where the map and the ring have just doubled too).
+    #[test]
+    fn the_memory_held_stays_within_its_bound() {
+        let budget = 300_000 * BYTES_PER_IDENTITY;
+        let mut recent = RecentCalls::new(i64::MAX / 2, budget);
+        let mut most = 0f64;
+        for key in 0..400_000u128 {
+            recent.remember(key * 7919, at(0, key as u64), key as i64);
+            if key % 997 == 0 || recent.len() == recent.capacity() {
+                let per = recent.allocated_bytes() as f64 / recent.len() as f64;
+                if recent.len() >= 1000 {
+                    most = most.max(per);
+                }
+                assert!(
+                    recent.allocated_bytes() <= recent.len().max(8) * BYTES_PER_IDENTITY,
+                    "{} held, {} B",
+                    recent.len(),
+                    recent.allocated_bytes()
+                );
+            }
+        }
+        assert_eq!(recent.len(), 300_000);
+        assert!(recent.allocated_bytes() <= budget, "{}", recent.allocated_bytes());
+        println!("at most {most:.0} B an identity");
     }
 
     proptest! {
