@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: bench-repeats bench-scale bench-scale-smoke fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: bench-repeats bench-volume-smoke bench-scale bench-scale-smoke fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -32,6 +32,7 @@ test: toolchain python-env mcp-servers
 	deploy/local/clickhouse.sh up
 	set -o pipefail; status=0; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log || status=$$?; \
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory bench-scale-smoke || status=$$?; \
+	    [ $$status != 0 ] || $(MAKE) --no-print-directory bench-volume-smoke || status=$$?; \
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory helm-check || status=$$?; \
 	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; exit $$status
 	$(MAKE) --no-print-directory browser-test
@@ -139,11 +140,16 @@ bench: infra-up
 bench-distributed: infra-up
 	DRIFTLINE_BENCH_MODE=split $(CARGO) bench --locked --bench ingest_load
 
-## bench-repeats: what telling a call sent again costs on ClickHouse at N (8,000,000) stored identities: the
-## per-batch lookup of before next to the range read a detector does now when it takes a stream.
+## bench-repeats: what telling a call sent again costs on ClickHouse at N (8,000,000) stored identities (the
+## per-batch lookup of before next to the range read a detector does now when it takes a stream), then the
+## detector's spans/s with 0, 10M and 50M calls stored (VOLUME_STORED) on SQLite and ClickHouse.
 bench-repeats:
 	deploy/local/clickhouse.sh up
 	scripts/bench-repeat-lookup.sh
+	$(CARGO) bench --locked --bench detector_volume
+
+bench-volume-smoke:
+	VOLUME_STORED=0,20000 VOLUME_CALLS=3000 $(CARGO) test --locked --bench detector_volume
 
 ## bench-scale: the API's reads of traffic at SCALE_CALLS (50,000,000) calls of one project, from rollups next to
 ## the raw-call scans they replaced, and the rollups' write overhead, on SQLite and on ClickHouse (the local
