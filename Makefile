@@ -142,14 +142,15 @@ bench-distributed: infra-up
 
 ## bench-repeats: what telling a call sent again costs on ClickHouse at N (8,000,000) stored identities (the
 ## per-batch lookup of before next to the range read a detector does now when it takes a stream), then the
-## detector's spans/s with 0, 10M and 50M calls stored (VOLUME_STORED) on SQLite and ClickHouse.
+## detector's spans/s with 0, 10M and 50M calls stored (VOLUME_STORED) on the embedded path and on Kafka + ClickHouse.
 bench-repeats:
 	deploy/local/clickhouse.sh up
+	deploy/local/kafka.sh up
 	scripts/bench-repeat-lookup.sh
 	$(CARGO) bench --locked --bench detector_volume
 
 bench-volume-smoke:
-	VOLUME_STORED=0,20000 VOLUME_CALLS=3000 $(CARGO) test --locked --bench detector_volume
+	VOLUME_STORED=0,20000 VOLUME_CALLS=3000 VOLUME_BATCH=500 VOLUME_STORES=sqlite,clickhouse,kafka+clickhouse $(CARGO) test --locked --bench detector_volume
 
 ## bench-scale: the API's reads of traffic at SCALE_CALLS (50,000,000) calls of one project, from rollups next to
 ## the raw-call scans they replaced, and the rollups' write overhead, on SQLite and on ClickHouse (the local

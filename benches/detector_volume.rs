@@ -2,14 +2,16 @@
 //! ClickHouse at `CLICKHOUSE_URL`, default the local one), the store is filled, cumulatively, with the call
 //! identities of `VOLUME_STORED` calls (comma list, default `0,10000000,50000000`) received over the last
 //! 24 hours — what telling a call sent again reads — and at each volume a real worker, started afresh (its
-//! takeover timed apart), reads `VOLUME_CALLS` (200,000) new calls from the embedded bus: spans/s at each
-//! volume next to the same run's empty-store figure. `VOLUME_STORES` (`sqlite,clickhouse`) picks the
-//! stores. Figures go to `target/bench-volume.json`.
+//! takeover timed apart), reads `VOLUME_CALLS` (200,000) new calls from the bus in batches of up to `VOLUME_BATCH` (20,000): spans/s at each volume next
+//! to the same run's empty-store figure. `VOLUME_STORES` picks the paths (`sqlite,kafka+clickhouse`):
+//! `sqlite` is the embedded path (embedded bus, SQLite), `clickhouse` the embedded bus on ClickHouse, and
+//! `kafka+clickhouse` the split deployment's (Kafka at `KAFKA_BROKERS`, default the local broker, four
+//! partitions). Figures go to `target/bench-volume.json`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use driftline_bus::{Message, Producer, SqliteBus, Topic};
+use driftline_bus::{Consumer, KafkaBus, KafkaSettings, Message, Producer, SqliteBus, Topic};
 use driftline_schemas::{InputPosition, Timestamp};
 use driftline_store::{Batch, ClickHouseSettings, ClickHouseStore, DetectorStore, SqliteStore};
 use driftline_worker::{Worker, WorkerSettings};
@@ -72,12 +74,14 @@ struct Row {
     spans_per_second: f64,
 }
 
-async fn run(
+async fn run<P: Producer, C: Consumer>(
     name: &str,
     store: Arc<dyn DetectorStore>,
-    bus: &SqliteBus,
+    bus: &P,
+    consumer: impl Fn() -> C,
     volumes: &[u64],
     calls: usize,
+    batch: usize,
 ) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut stored = 0;
@@ -87,64 +91,103 @@ async fn run(
         for chunk in (0..calls).collect::<Vec<_>>().chunks(10_000) {
             bus.publish(chunk.iter().map(|&i| call(run, i)).collect()).await.expect("publish");
         }
+        // A worker started afresh: on Kafka it joins the group and takes its streams at its first polls, so
+        // the takeover is timed to the end of the first batch read and the speed from there on.
         let started = Instant::now();
         let mut worker =
-            Worker::resume(bus.consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
-        let takeover_seconds = started.elapsed().as_secs_f64();
-        let started = Instant::now();
+            Worker::resume(consumer(), store.clone(), WorkerSettings::default()).await.expect("worker");
+        let deadline = started + Duration::from_secs(1800);
         let mut read = 0;
-        loop {
-            let progress = worker.poll_once(20_000, Duration::ZERO).await.expect("a batch");
-            if progress.records == 0 {
-                break;
-            }
+        let mut first: Option<(Instant, usize)> = None;
+        while read < calls {
+            assert!(Instant::now() < deadline, "{name}: only {read} of {calls} calls read in 30 minutes");
+            let progress = worker.poll_once(batch, Duration::from_millis(200)).await.expect("a batch");
             read += progress.records;
+            if first.is_none() && progress.records > 0 {
+                first = Some((Instant::now(), progress.records));
+            }
         }
-        let seconds = started.elapsed().as_secs_f64();
+        let finished = Instant::now();
         assert_eq!(read, calls, "every call read once");
+        let (first_done, first_records) = first.unwrap_or((started, 0));
+        let measured = (finished - first_done).as_secs_f64();
         let row = Row {
             store: name.into(),
             stored,
             fill_seconds,
-            takeover_seconds,
-            spans_per_second: calls as f64 / seconds,
+            takeover_seconds: (first_done - started).as_secs_f64(),
+            spans_per_second: if measured > 0.0 { (calls - first_records) as f64 / measured } else { 0.0 },
         };
         println!(
-            "{name}: {} calls stored: {:.0} spans/s ({:.2} s to take over; filled in {:.1} s)",
+            "{name}: {} calls stored: {:.0} spans/s ({:.2} s to take over and read a first batch; filled in {:.1} s)",
             row.stored, row.spans_per_second, row.takeover_seconds, row.fill_seconds
         );
         rows.push(row);
+        drop(worker);
     }
     rows
+}
+
+async fn clickhouse() -> Arc<dyn DetectorStore> {
+    let settings = ClickHouseSettings {
+        url: std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:18123".into()),
+        database: format!("bench_volume_{}_{}", std::process::id(), now_ms()),
+        user: None,
+        password: None,
+    };
+    driftline_store::migrate_clickhouse(&settings).await.expect("migrate");
+    Arc::new(ClickHouseStore::connect(&settings).await.expect("connect"))
 }
 
 fn main() {
     let volumes: Vec<u64> =
         env_list("VOLUME_STORED", "0,10000000,50000000").iter().filter_map(|v| v.parse().ok()).collect();
     let calls: usize = std::env::var("VOLUME_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
+    let batch: usize = std::env::var("VOLUME_BATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let dir = std::env::temp_dir().join(format!("driftline-bench-volume-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let mut all = Vec::new();
-    for name in env_list("VOLUME_STORES", "sqlite,clickhouse") {
-        let bus = SqliteBus::open(&dir.join(format!("{name}-bus.db")), now_ms).expect("bus");
+    for name in env_list("VOLUME_STORES", "sqlite,kafka+clickhouse") {
         let rows = runtime.block_on(async {
-            let store: Arc<dyn DetectorStore> = match name.as_str() {
-                "sqlite" => Arc::new(SqliteStore::open(&dir.join("store.db")).expect("store")),
-                _ => {
-                    let settings = ClickHouseSettings {
-                        url: std::env::var("CLICKHOUSE_URL")
-                            .unwrap_or_else(|_| "http://127.0.0.1:18123".into()),
-                        database: format!("bench_volume_{}", std::process::id()),
-                        user: None,
-                        password: None,
+            match name.as_str() {
+                "sqlite" | "clickhouse" => {
+                    let bus = SqliteBus::open(&dir.join(format!("{name}-bus.db")), now_ms).expect("bus");
+                    let store: Arc<dyn DetectorStore> = if name == "sqlite" {
+                        Arc::new(SqliteStore::open(&dir.join("store.db")).expect("store"))
+                    } else {
+                        clickhouse().await
                     };
-                    driftline_store::migrate_clickhouse(&settings).await.expect("migrate");
-                    Arc::new(ClickHouseStore::connect(&settings).await.expect("connect"))
+                    run(&name, store, &bus, || bus.consumer(), &volumes, calls, batch).await
                 }
-            };
-            run(&name, store, &bus, &volumes, calls).await
+                "kafka+clickhouse" => {
+                    let bus = KafkaBus::connect(KafkaSettings {
+                        brokers: std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".into()),
+                        topic_prefix: format!("bench-volume-{}-{}.", std::process::id(), now_ms()),
+                        partitions: 4,
+                        replication: 1,
+                        session_timeout_ms: 10_000,
+                        instance_id: None,
+                        client_properties: Vec::new(),
+                    })
+                    .expect("kafka");
+                    bus.ensure_topics().await.expect("topics");
+                    run(
+                        &name,
+                        clickhouse().await,
+                        &bus,
+                        || bus.consumer().expect("consumer"),
+                        &volumes,
+                        calls,
+                        batch,
+                    )
+                    .await
+                }
+                other => {
+                    panic!("VOLUME_STORES: unknown path {other:?} (sqlite, clickhouse, kafka+clickhouse)")
+                }
+            }
         });
         all.extend(rows);
     }
