@@ -1,3 +1,6 @@
+//! The query API's router: every route with its OpenAPI entry, the shared answer helpers, and the
+//! operator commands the API publishes and waits for.
+
 use std::collections::HashMap;
 use std::time::Instant;
 

@@ -1,3 +1,5 @@
+//! The HTTP stages' one error type: a status and a short JSON body naming the problem.
+
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;

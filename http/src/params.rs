@@ -1,3 +1,5 @@
+//! Query parameters and path names read with errors that name the parameter and its rule.
+
 use std::collections::HashMap;
 
 use driftline_schemas::{ServerName, ToolName};

@@ -1,3 +1,5 @@
+//! The notifier's Prometheus metrics (each is counted where its log event is written).
+
 use std::sync::LazyLock;
 
 use prometheus::{register_int_counter_vec, register_int_gauge_vec, IntCounterVec, IntGaugeVec};

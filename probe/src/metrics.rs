@@ -1,3 +1,5 @@
+//! The probe's Prometheus metrics (each is counted where its log event is written).
+
 use std::sync::LazyLock;
 
 use prometheus::{register_int_counter, register_int_counter_vec, IntCounter, IntCounterVec};

@@ -1,3 +1,5 @@
+//! Operator commands and dead letters: the records the API and the worker send each other over the bus.
+
 use serde::{Deserialize, Serialize};
 
 use crate::{DetectorThresholds, ProjectName, ServerKey, ServerName, ToolKey, ToolName};

@@ -1,3 +1,5 @@
+//! Input positions and the deterministic output ids derived from them (DESIGN.md §2).
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

@@ -1,3 +1,5 @@
+//! Return-shape signals as stored and answered: ranking, reasons and the signal itself (DESIGN.md §4).
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};

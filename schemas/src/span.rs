@@ -1,3 +1,5 @@
+//! Tool-call spans as sent to ingest and the call records ingest puts on the bus (DESIGN.md §2, §3).
+
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 

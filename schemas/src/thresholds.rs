@@ -1,3 +1,5 @@
+//! Per-project detector settings: shape thresholds, baseline policy and security hold (DESIGN.md §4, §5).
+
 use serde::{Deserialize, Serialize};
 
 /// What a project does with a new tool list (DESIGN.md §5): wait for an operator (`manual`), accept

@@ -1,3 +1,5 @@
+//! Timestamps normalised to UTC milliseconds, so that what is read back equals what was written.
+
 use std::fmt;
 
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};

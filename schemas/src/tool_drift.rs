@@ -1,3 +1,5 @@
+//! Tool-list drift as stored and answered: classifications, change kinds, security flags (DESIGN.md §5).
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;

@@ -1,3 +1,5 @@
+//! Tool-list snapshots as captured and carried on the bus, with what a server shows besides its tools.
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 

@@ -1,3 +1,5 @@
+//! `driftline diff`: two tool lists from files compared offline, and the drift report people read.
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

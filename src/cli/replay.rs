@@ -1,3 +1,5 @@
+//! `driftline replay`: a file of spans run through the return-shape detector offline.
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;

@@ -1,3 +1,5 @@
+//! `driftline shape`: the shape of a JSON value, as ingest computes it.
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

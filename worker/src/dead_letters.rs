@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use driftline_bus::Delivered;
+use driftline_bus::{Delivered, Message, Topic};
 use driftline_schemas::api::DeadLetterCount;
-use driftline_schemas::ProjectName;
+use driftline_schemas::{DeadLetter, ProjectName};
 use driftline_store::{DetectorState, DEAD_LETTER_STATE};
 
 use crate::refusal::{Refusal, RefusalKind};
@@ -94,5 +94,30 @@ impl DeadLetterCounts {
                 })
             })
             .collect()
+    }
+}
+
+/// The record a refused one becomes on the `dead-letters` topic: its source, its reason and its bytes.
+pub(crate) fn dead_letter(record: &Delivered, reason: String) -> Message {
+    let (payload, payload_hex) = match std::str::from_utf8(&record.payload) {
+        Ok(text) => (Some(text.to_owned()), None),
+        Err(_) => (None, Some(hex::encode(&record.payload))),
+    };
+    let letter = DeadLetter {
+        schema_version: driftline_schemas::SCHEMA_VERSION,
+        topic: record.topic.as_str().to_owned(),
+        partition: record.position.partition & 0xffff,
+        offset: record.position.offset,
+        key: record.key.clone(),
+        reason,
+        payload,
+        payload_hex,
+        appended_at: record.appended_at,
+    };
+    Message {
+        topic: Topic::DeadLetters,
+        key: record.key.clone(),
+        // A struct of strings and numbers always serializes.
+        payload: serde_json::to_vec(&letter).unwrap_or_default(),
     }
 }

@@ -1,3 +1,5 @@
+//! The detector worker's Prometheus metrics (each is counted where its log event is written).
+
 use std::sync::LazyLock;
 
 use prometheus::{

@@ -1,3 +1,5 @@
+//! Tests of the declared-output contract check: table cases per concern and hostile schemas.
+
 use std::time::{Duration, Instant};
 
 use driftline_schemas::{

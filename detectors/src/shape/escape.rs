@@ -1,3 +1,5 @@
+//! Key escaping in shapes: the one place that decides how an object key is written into a shape string.
+
 /// Appends `key` escaped so that no two different structures share a shape (DESIGN.md §3): a backslash
 /// before each of `\ : , { } [ ] < > "`, control characters as `\u00xx`. Ordinary keys are copied as is.
 pub fn escape_key_into(out: &mut String, key: &str) {

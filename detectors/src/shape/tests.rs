@@ -1,3 +1,5 @@
+//! Tests of shape fingerprinting: table cases, conformance data and the size bound.
+
 use driftline_schemas::ShapeOutcome;
 use proptest::prelude::*;
 

@@ -1,3 +1,5 @@
+//! Signals grouped by project, server, tool and shape (DESIGN.md §4.4).
+
 use std::collections::BTreeMap;
 
 use driftline_schemas::{ShapeDriftSignal, Timestamp};

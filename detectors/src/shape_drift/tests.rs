@@ -1,3 +1,5 @@
+//! Tests of the return-shape detector: table cases per concern and property tests of its invariants.
+
 use driftline_schemas::{CallStatus, DetectorThresholds, ShapeOutcome, ShapeRanking};
 
 use super::*;

@@ -1,3 +1,5 @@
+//! Tests of the tool-list diff: table cases per change kind, golden reports and property tests.
+
 use driftline_schemas::{
     ChangeType, EventStatus, InputPosition, ServerStatus, SnapshotSource, Timestamp, ToolListSnapshot,
 };

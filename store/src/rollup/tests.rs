@@ -1,3 +1,5 @@
+//! Tests of the rollups: folding, latency sketches and their properties over batches.
+
 use std::collections::BTreeMap;
 
 use driftline_schemas::{

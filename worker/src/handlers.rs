@@ -1,0 +1,441 @@
+//! What each record does to the detectors' state and the batch: tool lists, probe failures, calls,
+//! declarations and operator commands, each after the room its project has.
+
+use std::sync::Arc;
+
+use driftline_bus::{Consumer, Delivered, Message, Topic};
+use driftline_detectors::contract::{self};
+use driftline_detectors::shape_drift::{self};
+use driftline_detectors::tool_drift::{short_hash, Acceptance, HashedTools, RecordContext, ToolListOutput};
+use driftline_schemas::api::AcceptResult;
+use driftline_schemas::{
+    derive_id, DetectorThresholds, Notification, NotificationKind, OperatorCommand, OutputDeclaration,
+    OutputKind, ProbeFailure, ProjectName, ServerKey, ToolCallRecord, ToolKey, ToolListRecord, ToolsText,
+};
+use driftline_store::{Batch, EventUpdate, RepeatLookup, StoredToolList};
+use serde_json::json;
+
+use crate::declarations::{declaration_messages, DeclaredBefore};
+use crate::decode::{check_key, SpanRecord};
+use crate::keys::{self};
+use crate::refusal::{Refusal, RefusalKind};
+use crate::state::{state_of, Dirty};
+use crate::tool_lists::{self};
+use crate::views::server_row;
+use crate::{metrics, repeats, Worker};
+
+pub(crate) fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
+    for output in outputs {
+        match output {
+            ToolListOutput::BaselineEstablished { hash, tool_count, security_flags } => {
+                let high = security_flags
+                    .iter()
+                    .filter(|(_, f)| f.severity == driftline_schemas::Severity::High)
+                    .count();
+                tracing::info!(hash = %short_hash(&hash), tool_count, flags = security_flags.len(), high, "baseline established");
+            }
+            ToolListOutput::DriftEvent(event) => {
+                tracing::info!(server = %event.server_name, id = %event.id, changes = event.changes.len(), max = ?event.max_classification, severity = ?event.max_severity, "tool-list drift");
+                let classification = event.max_classification.map_or("none", |c| c.as_str());
+                metrics::DRIFT_EVENTS.with_label_values(&[classification]).inc();
+                if event.max_severity == Some(driftline_schemas::Severity::High) {
+                    metrics::HIGH_SEVERITY_EVENTS.inc();
+                }
+                batch.notifications.push(Notification::drift(&event));
+                batch.events.push(event);
+            }
+            ToolListOutput::EventClosed { event_id, status, by, at } => {
+                batch.event_updates.push(EventUpdate { id: event_id, status, by, at });
+            }
+            ToolListOutput::BaselineAccepted(acceptance) => batch.acceptances.push(acceptance),
+        }
+    }
+}
+
+/// Short hash and tool count of a server's tool list.
+pub(crate) fn list_summary(list: Option<&HashedTools>) -> (Option<String>, u32) {
+    (list.map(|l| short_hash(&l.hash)), list.map_or(0, |l| l.tool_count() as u32))
+}
+
+impl<C: Consumer> Worker<C> {
+    /// Runs the detectors over one record; Err(refusal) when the record cannot be used (a dead letter).
+    pub(crate) fn process(
+        &mut self,
+        record: &Delivered,
+        call: Option<SpanRecord>,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+        declarations: &mut Vec<Message>,
+    ) -> Result<(), Refusal> {
+        let quarantined = self.quarantined.get(&record.key);
+        let outcome = if let Some(reason) = quarantined {
+            Err(Refusal::new(
+                RefusalKind::Quarantined,
+                format!(
+                    "key {} is quarantined: {reason}; repair or delete that row, or forget the key",
+                    record.key
+                ),
+            ))
+        } else {
+            match record.topic {
+                // Tool lists, probe failures and baseline acceptances share the server's partition, so an
+                // acceptance applies in order with the lists, on the instance that owns the server.
+                Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
+                    Ok(list) => check_key(record, &list.key().to_string())
+                        .map_err(Refusal::from)
+                        .and_then(|()| self.room_for_server(&list.key()))
+                        .and_then(|()| {
+                            let surfaces = list.surfaces.as_ref();
+                            let limits = self.settings.tool_lists;
+                            surfaces.map_or(Ok(()), |s| {
+                                limits
+                                    .check_surfaces(s)
+                                    .map_err(|err| Refusal::new(RefusalKind::ListLimit, err.to_string()))
+                            })
+                        })
+                        .and_then(|()| {
+                            let (servers, key) = (&self.servers, list.key());
+                            self.list_texts.read(&list, self.settings.tool_lists, || {
+                                tool_lists::held_beside(servers, &key)
+                            })
+                        })
+                        .map(|tools| self.tool_list(&list, tools, record, batch, dirty, declarations)),
+                    Err(err) => {
+                        if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
+                            check_key(record, &failure.key().to_string())
+                                .map_err(Refusal::from)
+                                .and_then(|()| self.room_for_server(&failure.key()))
+                                .map(|()| self.probe_failure(&failure, record, batch, dirty))
+                        } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload)
+                        {
+                            check_key(record, &command.key())
+                                .map_err(Refusal::from)
+                                .map(|()| self.command(command, record, batch, dirty, declarations))
+                        } else {
+                            Err(Refusal::from(format!("not a tool-list snapshot: {err}")))
+                        }
+                    }
+                },
+                Topic::Spans => match call {
+                    Some(SpanRecord::Call { identity, call, repeat: false }) => {
+                        let key = call.key();
+                        // Checked before the call's identity is kept: a refused call is no call stored.
+                        self.room_for_tool(&key).map(|()| {
+                            if self.store.repeat_lookup() == RepeatLookup::Remember {
+                                let at = record.appended_at.as_millis();
+                                self.recent.remember(repeats::identity_key(&identity), record.position, at);
+                            }
+                            batch.call_identities.push((identity, record.position, record.appended_at));
+                            self.call(*call, key, record, batch, dirty);
+                        })
+                    }
+                    Some(SpanRecord::Call { repeat: true, .. }) => {
+                        metrics::REPEATED_CALLS.inc();
+                        tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
+                        Ok(())
+                    }
+                    Some(SpanRecord::Declaration(declaration)) => self
+                        .room_for_tool(&declaration.key())
+                        .map(|()| self.declaration(&declaration, record, dirty)),
+                    Some(SpanRecord::Command(command)) => check_key(record, &command.key())
+                        .map_err(Refusal::from)
+                        .map(|()| self.command(*command, record, batch, dirty, declarations)),
+                    Some(SpanRecord::Unusable(reason)) => Err(Refusal::from(reason)),
+                    None => Err(Refusal::from("span record not read".to_owned())),
+                },
+                Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
+                    .map_err(|err| format!("not an operator command: {err}"))
+                    .and_then(|command| {
+                        check_key(record, &command.key())
+                            .map(|()| self.command(command, record, batch, dirty, declarations))
+                    })
+                    .map_err(Refusal::from),
+                Topic::DeadLetters => Err(Refusal::from("dead letters are not detector input".to_owned())),
+            }
+        };
+        if let Err(refusal) = &outcome {
+            self.dead_letters += 1;
+            metrics::DEAD_LETTERS.with_label_values(&[refusal.kind.as_str()]).inc();
+            self.dead_letter_counts.add(record, refusal);
+            // `suppressed`: dead letters since the last line that got none (the metric counts them all).
+            if let Some(suppressed) = self.dead_letter_lines.take(std::time::Instant::now()) {
+                tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, kind = refusal.kind.as_str(), reason = %refusal.reason, suppressed, "unusable record skipped");
+            }
+        }
+        outcome
+    }
+
+    /// Whether a record of `key` may be used: a server held already, or one its project has room for.
+    pub(crate) fn room_for_server(&self, key: &ServerKey) -> Result<(), Refusal> {
+        match self.servers.contains_key(key) {
+            true => Ok(()),
+            false => self
+                .keys_held
+                .room_for_server(key, self.settings.keys)
+                .map_err(|reason| Refusal::new(RefusalKind::ServerLimit, reason)),
+        }
+    }
+
+    /// Whether a record of `key` may be used: a tool held already, or one its project has room for.
+    pub(crate) fn room_for_tool(&self, key: &ToolKey) -> Result<(), Refusal> {
+        match self.tools.contains_key(key) {
+            true => Ok(()),
+            false => {
+                let per_tool =
+                    driftline_detectors::tool_state_worst_case_bytes(&self.thresholds_of(&key.project));
+                self.keys_held
+                    .room_for_tool(key, self.settings.keys, per_tool)
+                    .map_err(|reason| Refusal::new(RefusalKind::ToolLimit, reason))
+            }
+        }
+    }
+
+    /// A snapshot, its tools read (shared by the state, an event and the stored snapshot).
+    pub(crate) fn tool_list(
+        &mut self,
+        snapshot: &ToolListRecord<'_>,
+        tools: Arc<ToolsText>,
+        record: &Delivered,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+        declarations: &mut Vec<Message>,
+    ) {
+        let key = snapshot.key();
+        let policy = Acceptance::from(&self.thresholds_of(&snapshot.project));
+        let state = state_of(&mut self.servers, &key, || self.keys_held.server_added(&key));
+        let was_down = state.down.is_some();
+        let context = RecordContext {
+            project: &snapshot.project,
+            server: &snapshot.server,
+            position: record.position,
+            at: record.appended_at,
+        };
+        let before = DeclaredBefore::of(state);
+        let observed = state.observe_server(Arc::clone(&tools), snapshot.surfaces.as_ref(), context, policy);
+        let changed = before.changes(state);
+        declarations.extend(declaration_messages(&snapshot.project, &snapshot.server, changed, record));
+        apply_outputs(observed.outputs, batch);
+        let hash = observed.hash;
+        batch.tool_lists.push(StoredToolList {
+            project: snapshot.project.to_string(),
+            server: snapshot.server.to_string(),
+            captured_at: snapshot.captured_at,
+            hash: short_hash(&hash),
+            tools,
+            surfaces: observed.surfaces,
+        });
+        let tool_count = observed.tool_count as u32;
+        if was_down {
+            batch.notifications.push(Notification::transition(
+                derive_id(OutputKind::Transition, &key.to_string(), record.position),
+                &snapshot.project,
+                &snapshot.server,
+                NotificationKind::Up,
+                record.appended_at,
+                format!("{tool_count} tools"),
+            ));
+        }
+        batch.servers.push(server_row(
+            &snapshot.project,
+            &snapshot.server,
+            state,
+            Some(short_hash(&hash)),
+            tool_count,
+            snapshot.latency_ms,
+            record.appended_at,
+        ));
+        dirty.server(key, record);
+    }
+
+    pub(crate) fn probe_failure(
+        &mut self,
+        failure: &ProbeFailure,
+        record: &Delivered,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+    ) {
+        let key = failure.key();
+        let state = state_of(&mut self.servers, &key, || self.keys_held.server_added(&key));
+        if state.down.is_none() {
+            batch.notifications.push(Notification::transition(
+                derive_id(OutputKind::Transition, &key.to_string(), record.position),
+                &failure.project,
+                &failure.server,
+                NotificationKind::Down,
+                record.appended_at,
+                failure.error.clone(),
+            ));
+        }
+        state.probe_failed(&failure.error);
+        let (hash, count) = list_summary(state.observed.as_ref().or(state.baseline.as_ref()));
+        batch.servers.push(server_row(
+            &failure.project,
+            &failure.server,
+            state,
+            hash,
+            count,
+            None,
+            record.appended_at,
+        ));
+        dirty.server(key, record);
+    }
+
+    pub(crate) fn call(
+        &mut self,
+        call: ToolCallRecord,
+        key: ToolKey,
+        record: &Delivered,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+    ) {
+        let thresholds = self.thresholds_of(&call.project);
+        let state = state_of(&mut self.tools, &key, || self.keys_held.tool_added(&key));
+        state.last_seen = Some(record.appended_at);
+        if let Some(firing) = state.shape.observe((&call).into(), &thresholds) {
+            let signal = shape_drift::signal(&call, record.position, firing);
+            tracing::info!(key = %key, fingerprint = %signal.fingerprint, ranking = signal.ranking.as_str(), "return shape drift");
+            metrics::SHAPE_SIGNALS.with_label_values(&[signal.ranking.as_str()]).inc();
+            batch.signals.push(signal);
+        }
+        let firing = state.contract.observe((&call).into(), &call.span_id, call.started_at, &thresholds);
+        if let (Some(firing), Some(declared)) = (firing, state.contract.declared()) {
+            let signal = contract::signal(&call, record.position, firing, declared);
+            let paths: Vec<String> = signal.reasons.iter().map(ToString::to_string).collect();
+            tracing::info!(key = %key, fingerprint = %signal.fingerprint, declared = %signal.baseline_hash, reasons = ?paths, "returns mismatch the declared output");
+            metrics::MISMATCH_SIGNALS.inc();
+            batch.notifications.push(Notification::output_mismatch(&signal));
+            batch.signals.push(signal);
+        }
+        batch.calls.push((
+            derive_id(OutputKind::ToolCall, &key.to_string(), record.position),
+            record.position,
+            call,
+        ));
+        dirty.tool(key, record);
+    }
+
+    /// A tool's declared output schema changed (published by its server's detector).
+    pub(crate) fn declaration(
+        &mut self,
+        declaration: &OutputDeclaration,
+        record: &Delivered,
+        dirty: &mut Dirty,
+    ) {
+        let key = declaration.key();
+        let state = state_of(&mut self.tools, &key, || self.keys_held.tool_added(&key));
+        state.last_seen = Some(record.appended_at);
+        if state.contract.declare(declaration) {
+            tracing::info!(key = %key, declared = ?declaration.schema_hash, sequence = declaration.sequence, "declared output applied");
+        } else {
+            tracing::debug!(key = %key, sequence = declaration.sequence, "declared output already held");
+        }
+        dirty.tool(key, record);
+    }
+
+    pub(crate) fn command(
+        &mut self,
+        command: OperatorCommand,
+        record: &Delivered,
+        batch: &mut Batch,
+        dirty: &mut Dirty,
+        declarations: &mut Vec<Message>,
+    ) {
+        let result = match &command {
+            OperatorCommand::AcceptBaseline { project, server, accepted_by, .. } => {
+                let key = ServerKey::new(project.clone(), server.clone());
+                let context =
+                    RecordContext { project, server, position: record.position, at: record.appended_at };
+                let (outputs, state) = match self.servers.get_mut(&key) {
+                    Some(state) => {
+                        let before = DeclaredBefore::of(state);
+                        let outputs = state.accept(accepted_by, context);
+                        let changed = before.changes(state);
+                        declarations.extend(declaration_messages(project, server, changed, record));
+                        (outputs, Some(state))
+                    }
+                    None => (Vec::new(), None),
+                };
+                let acceptance = outputs.iter().find_map(|o| match o {
+                    ToolListOutput::BaselineAccepted(a) => Some(a.clone()),
+                    _ => None,
+                });
+                if let Some(state) = state {
+                    if acceptance.is_some() {
+                        let (hash, count) = list_summary(state.baseline.as_ref());
+                        batch.servers.push(server_row(
+                            project,
+                            server,
+                            state,
+                            hash,
+                            count,
+                            None,
+                            record.appended_at,
+                        ));
+                        dirty.server(key, record);
+                    }
+                }
+                apply_outputs(outputs, batch);
+                let result = AcceptResult {
+                    server_name: server.to_string(),
+                    accepted: acceptance.is_some(),
+                    previous_hash: acceptance.as_ref().map(|a| a.previous_hash.clone()),
+                    new_hash: acceptance.as_ref().map(|a| a.new_hash.clone()),
+                    event_ids: acceptance.map(|a| a.event_ids).unwrap_or_default(),
+                    accepted_by: accepted_by.clone(),
+                };
+                json!(result)
+            }
+            OperatorCommand::SetThresholds { project, thresholds, .. } => match thresholds
+                .validate()
+                .map_err(|err| err.to_string())
+                .and_then(|()| self.within_state_budget(project, thresholds))
+            {
+                Ok(()) => {
+                    self.thresholds.insert(project.clone(), *thresholds);
+                    batch.settings.push((project.to_string(), *thresholds));
+                    for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.project == *project) {
+                        state.shape.fit_to(thresholds.history_window);
+                        state.contract.shrink_to(thresholds.history_window);
+                        dirty.tools.entry(key.clone()).or_default();
+                    }
+                    json!({"thresholds": thresholds})
+                }
+                Err(err) => json!({"error": err}),
+            },
+            OperatorCommand::ForgetServer { project, server, by, .. } => {
+                let key = ServerKey::new(project.clone(), server.clone());
+                let held = self.forget_server(&key, batch);
+                tracing::info!(key = %key, held, %by, "server state forgotten");
+                json!({"server": server, "forgotten": held})
+            }
+            OperatorCommand::ForgetTool { project, server, tool, by, .. } => {
+                let key = ToolKey { project: project.clone(), server: server.clone(), tool: tool.clone() };
+                let held = self.forget_tool(&key, batch);
+                tracing::info!(key = %key, held, %by, "tool state forgotten");
+                json!({"server": server, "tool": tool, "forgotten": held})
+            }
+        };
+        tracing::info!(command = command.id(), key = %command.key(), "operator command applied");
+        batch.applied_commands.push((command.id().to_owned(), record.appended_at, result));
+    }
+
+    /// Whether the tools `project` holds would stay within `limits.max_state_bytes_per_project` under
+    /// `thresholds`, each at its worst case: an admin's settings may not put them beyond it.
+    pub(crate) fn within_state_budget(
+        &self,
+        project: &ProjectName,
+        thresholds: &DetectorThresholds,
+    ) -> Result<(), String> {
+        let per_tool = driftline_detectors::tool_state_worst_case_bytes(thresholds);
+        let held = self.keys_held.tools_of(project);
+        let budget = self.settings.keys.state_bytes;
+        let fit = keys::tools_within(budget, per_tool);
+        match held <= fit {
+            true => Ok(()),
+            false => Err(format!(
+                "history_window = {} with tool_return_value_max_bytes = {} lets a tool hold up to {per_tool} bytes of detector state, so limits.max_state_bytes_per_project = {budget} holds {fit} tools; this project holds {held}: free some (driftline forget) or choose smaller settings",
+                thresholds.history_window, thresholds.tool_return_value_max_bytes
+            )),
+        }
+    }
+}
