@@ -417,11 +417,6 @@ impl KafkaGroupConsumer {
     fn assigned(&self) -> BTreeSet<u32> {
         self.events.lock().map(|e| e.assigned.clone()).unwrap_or_default()
     }
-
-    /// Rebalances this member went through.
-    pub fn rebalances(&self) -> u64 {
-        self.events.lock().map(|e| e.rebalances).unwrap_or_default()
-    }
 }
 
 #[async_trait]

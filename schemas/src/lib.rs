@@ -36,7 +36,7 @@ pub use tool_drift::{
     ServerStatus, Severity,
 };
 pub use tool_list::{
-    check_tool_name, json_depth, McpTool, ProbeFailure, ServerSurfaces, SnapshotSource, ToolListLimits,
+    check_tool_name, json_depth, ProbeFailure, ServerSurfaces, SnapshotSource, ToolListLimits,
     ToolListRecord, ToolListSnapshot, ToolListTooLarge,
 };
 pub use tools_text::{name_of, DeclaredTool, ToolsText};

@@ -1,7 +1,7 @@
 //! Tool-list snapshots as captured and carried on the bus, with what a server shows besides its tools.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::{ProjectName, ServerKey, ServerName, Timestamp};
 
@@ -242,30 +242,6 @@ impl ToolListLimits {
     }
 }
 
-/// A typed view of one MCP Tool object, for code that shows tools to people. Unknown fields are kept.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct McpTool {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    #[serde(rename = "inputSchema", default = "empty_object")]
-    pub input_schema: Value,
-    #[serde(rename = "outputSchema", default, skip_serializing_if = "Option::is_none")]
-    pub output_schema: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<Value>,
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Value>,
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
-}
-
-fn empty_object() -> Value {
-    Value::Object(Map::new())
-}
-
 #[cfg(test)]
 mod limit_tests {
     use super::*;
@@ -335,13 +311,5 @@ mod tests {
             "tools":[],"tool":[]}"#;
         let err = serde_json::from_str::<ToolListSnapshot>(text).expect_err("unknown field");
         assert!(err.to_string().contains("unknown field `tool`"), "{err}");
-    }
-
-    #[test]
-    fn typed_tool_view_keeps_unknown_fields() {
-        let tool: McpTool =
-            serde_json::from_value(serde_json::json!({"name":"a","icons":[{"src":"x"}]})).expect("tool");
-        assert_eq!(tool.input_schema, serde_json::json!({}));
-        assert!(tool.other.contains_key("icons"));
     }
 }

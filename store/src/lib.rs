@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use driftline_bus::Positions;
 use driftline_schemas::api::{
-    CallBucket, DeadLetterCount, DriftImpact, OutcomeCounts, RecentCall, ReturnValueStats, ServerHealth,
-    ShapeState, SignalGroup, ToolSchema, ToolShape, ToolSummary,
+    CallBucket, DeadLetterCount, DriftImpact, RecentCall, ReturnValueStats, ServerHealth, SignalGroup,
+    ToolSchema, ToolShape, ToolSummary,
 };
 use driftline_schemas::{
     DetectorThresholds, EventStatus, InputPosition, Notification, SchemaDriftEvent, ServerStatus,
@@ -406,22 +406,3 @@ pub(crate) fn stored_outcome(name: &str) -> ShapeOutcome {
 pub trait Store: DetectorStore + QueryStore + NotificationStore {}
 
 impl<T: DetectorStore + QueryStore + NotificationStore> Store for T {}
-
-/// The empty shape view of a tool seen only in traces so far.
-pub fn priming_shape(server: &str, tool: &str, thresholds: &DetectorThresholds) -> ToolShape {
-    ToolShape {
-        server: server.to_owned(),
-        tool: tool.to_owned(),
-        state: ShapeState::Priming,
-        status: format!("priming 0/{}", thresholds.min_history_calls),
-        baseline_shape: None,
-        baseline_hash: None,
-        baseline_share: None,
-        window_size: 0,
-        min_history_calls: thresholds.min_history_calls,
-        history_window: thresholds.history_window,
-        telemetry: OutcomeCounts::default(),
-        signal_groups: Vec::new(),
-        contract: None,
-    }
-}

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use driftline_bus::{Consumer, Delivered, Message, Topic};
+use driftline_bus::{Consumer, Delivered, Message};
 use driftline_detectors::contract::{self};
 use driftline_detectors::shape_drift::{self};
 use driftline_detectors::tool_drift::{short_hash, Acceptance, HashedTools, RecordContext, ToolListOutput};
@@ -16,7 +16,7 @@ use driftline_store::{Batch, EventUpdate, RepeatLookup, StoredToolList};
 use serde_json::json;
 
 use crate::declarations::{declaration_messages, DeclaredBefore};
-use crate::decode::{check_key, SpanRecord};
+use crate::decode::Input;
 use crate::keys::{self};
 use crate::refusal::{Refusal, RefusalKind};
 use crate::state::{state_of, Dirty};
@@ -58,11 +58,11 @@ pub(crate) fn list_summary(list: Option<&HashedTools>) -> (Option<String>, u32) 
 }
 
 impl<C: Consumer> Worker<C> {
-    /// Runs the detectors over one record; Err(refusal) when the record cannot be used (a dead letter).
+    /// Runs the detectors over one record, read; Err(refusal) when it cannot be used (a dead letter).
     pub(crate) fn process(
         &mut self,
         record: &Delivered,
-        call: Option<SpanRecord>,
+        input: Input<'_>,
         batch: &mut Batch,
         dirty: &mut Dirty,
         declarations: &mut Vec<Message>,
@@ -77,80 +77,52 @@ impl<C: Consumer> Worker<C> {
                 ),
             ))
         } else {
-            match record.topic {
-                // Tool lists, probe failures and baseline acceptances share the server's partition, so an
-                // acceptance applies in order with the lists, on the instance that owns the server.
-                Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
-                    Ok(list) => check_key(record, &list.key().to_string())
-                        .map_err(Refusal::from)
-                        .and_then(|()| self.room_for_server(&list.key()))
-                        .and_then(|()| {
-                            let surfaces = list.surfaces.as_ref();
-                            let limits = self.settings.tool_lists;
-                            surfaces.map_or(Ok(()), |s| {
-                                limits
-                                    .check_surfaces(s)
-                                    .map_err(|err| Refusal::new(RefusalKind::ListLimit, err.to_string()))
-                            })
+            match input {
+                Input::ToolList(list) => self
+                    .room_for_server(&list.key())
+                    .and_then(|()| {
+                        let surfaces = list.surfaces.as_ref();
+                        let limits = self.settings.tool_lists;
+                        surfaces.map_or(Ok(()), |s| {
+                            limits
+                                .check_surfaces(s)
+                                .map_err(|err| Refusal::new(RefusalKind::ListLimit, err.to_string()))
                         })
-                        .and_then(|()| {
-                            let (servers, key) = (&self.servers, list.key());
-                            self.list_texts.read(&list, self.settings.tool_lists, || {
-                                tool_lists::held_beside(servers, &key)
-                            })
-                        })
-                        .map(|tools| self.tool_list(&list, tools, record, batch, dirty, declarations)),
-                    Err(err) => {
-                        if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
-                            check_key(record, &failure.key().to_string())
-                                .map_err(Refusal::from)
-                                .and_then(|()| self.room_for_server(&failure.key()))
-                                .map(|()| self.probe_failure(&failure, record, batch, dirty))
-                        } else if let Ok(command) = serde_json::from_slice::<OperatorCommand>(&record.payload)
-                        {
-                            check_key(record, &command.key())
-                                .map_err(Refusal::from)
-                                .map(|()| self.command(command, record, batch, dirty, declarations))
-                        } else {
-                            Err(Refusal::from(format!("not a tool-list snapshot: {err}")))
-                        }
-                    }
-                },
-                Topic::Spans => match call {
-                    Some(SpanRecord::Call { identity, call, repeat: false }) => {
-                        let key = call.key();
-                        // Checked before the call's identity is kept: a refused call is no call stored.
-                        self.room_for_tool(&key).map(|()| {
-                            if self.store.repeat_lookup() == RepeatLookup::Remember {
-                                let at = record.appended_at.as_millis();
-                                self.recent.remember(repeats::identity_key(&identity), record.position, at);
-                            }
-                            batch.call_identities.push((identity, record.position, record.appended_at));
-                            self.call(*call, key, record, batch, dirty);
-                        })
-                    }
-                    Some(SpanRecord::Call { repeat: true, .. }) => {
-                        metrics::REPEATED_CALLS.inc();
-                        tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
-                        Ok(())
-                    }
-                    Some(SpanRecord::Declaration(declaration)) => self
-                        .room_for_tool(&declaration.key())
-                        .map(|()| self.declaration(&declaration, record, dirty)),
-                    Some(SpanRecord::Command(command)) => check_key(record, &command.key())
-                        .map_err(Refusal::from)
-                        .map(|()| self.command(*command, record, batch, dirty, declarations)),
-                    Some(SpanRecord::Unusable(reason)) => Err(Refusal::from(reason)),
-                    None => Err(Refusal::from("span record not read".to_owned())),
-                },
-                Topic::Commands => serde_json::from_slice::<OperatorCommand>(&record.payload)
-                    .map_err(|err| format!("not an operator command: {err}"))
-                    .and_then(|command| {
-                        check_key(record, &command.key())
-                            .map(|()| self.command(command, record, batch, dirty, declarations))
                     })
-                    .map_err(Refusal::from),
-                Topic::DeadLetters => Err(Refusal::from("dead letters are not detector input".to_owned())),
+                    .and_then(|()| {
+                        let (servers, key) = (&self.servers, list.key());
+                        self.list_texts
+                            .read(&list, self.settings.tool_lists, || tool_lists::held_beside(servers, &key))
+                    })
+                    .map(|tools| self.tool_list(&list, tools, record, batch, dirty, declarations)),
+                Input::ProbeFailure(failure) => self
+                    .room_for_server(&failure.key())
+                    .map(|()| self.probe_failure(&failure, record, batch, dirty)),
+                Input::Command(command) => {
+                    self.command(*command, record, batch, dirty, declarations);
+                    Ok(())
+                }
+                Input::Call { identity, call, repeat: false } => {
+                    let key = call.key();
+                    // Checked before the call's identity is kept: a refused call is no call stored.
+                    self.room_for_tool(&key).map(|()| {
+                        if self.store.repeat_lookup() == RepeatLookup::Remember {
+                            let at = record.appended_at.as_millis();
+                            self.recent.remember(repeats::identity_key(&identity), record.position, at);
+                        }
+                        batch.call_identities.push((identity, record.position, record.appended_at));
+                        self.call(*call, key, record, batch, dirty);
+                    })
+                }
+                Input::Call { repeat: true, .. } => {
+                    metrics::REPEATED_CALLS.inc();
+                    tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
+                    Ok(())
+                }
+                Input::Declaration(declaration) => self
+                    .room_for_tool(&declaration.key())
+                    .map(|()| self.declaration(&declaration, record, dirty)),
+                Input::Unusable(refusal) => Err(refusal),
             }
         };
         if let Err(refusal) = &outcome {

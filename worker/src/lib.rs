@@ -337,7 +337,9 @@ impl<C: Consumer> Worker<C> {
         if let Some(now) = records.iter().map(|r| r.appended_at).max() {
             self.forget_unseen_tools(now, &mut batch, &mut dirty);
         }
-        let mut calls = self.read_calls(&records).await?;
+        // Taken one by one in the schedule's order, which names each record once.
+        let mut inputs: Vec<Option<decode::Input>> =
+            self.read_inputs(&records).await?.into_iter().map(Some).collect();
         let started = std::time::Instant::now();
         let (mut left, order) = fair::Schedule::new(&records);
         for index in order {
@@ -346,9 +348,15 @@ impl<C: Consumer> Worker<C> {
                 continue;
             }
             metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
-            if let Err(refusal) =
-                self.process(record, calls[index].take(), &mut batch, &mut dirty, &mut declarations)
-            {
+            if let Err(refusal) = self.process(
+                record,
+                inputs[index]
+                    .take()
+                    .unwrap_or_else(|| decode::Input::Unusable("record read twice".to_owned().into())),
+                &mut batch,
+                &mut dirty,
+                &mut declarations,
+            ) {
                 dead.push(dead_letter(record, refusal.reason));
             }
             batch.positions.insert(record.position.partition, record.position.offset);
