@@ -15,7 +15,6 @@ impl<C: Consumer> Worker<C> {
     pub(crate) fn forget_tool(&mut self, key: &ToolKey, batch: &mut Batch) -> bool {
         let quarantined = self.quarantined.remove(&key.to_string()).is_some();
         let held = self.tools.remove(key).is_some();
-        self.tool_streams.remove(key);
         if held {
             self.keys_held.tool_removed(key);
         }
@@ -30,7 +29,6 @@ impl<C: Consumer> Worker<C> {
     pub(crate) fn forget_server(&mut self, key: &ServerKey, batch: &mut Batch) -> bool {
         let quarantined = self.quarantined.remove(&key.to_string()).is_some();
         let held = self.servers.remove(key).is_some();
-        self.server_streams.remove(key);
         self.list_texts.retain(|listed| listed != key);
         if held {
             self.keys_held.server_removed(key);
@@ -54,16 +52,20 @@ impl<C: Consumer> Worker<C> {
         self.swept_at = Some(now);
         let cutoff = now.as_millis().saturating_sub(after.as_millis() as i64);
         let mut unseen = Vec::new();
-        for (key, state) in &mut self.tools {
+        let mut unstamped = Vec::new();
+        for (key, state) in self.tools.iter_mut() {
             match state.last_seen {
                 Some(at) if at.as_millis() < cutoff => unseen.push(key.clone()),
                 Some(_) => {}
                 None => {
                     state.last_seen = Some(now);
-                    let stream = self.tool_streams.get(key).copied();
-                    dirty.tools.insert(key.clone(), stream);
+                    unstamped.push(key.clone());
                 }
             }
+        }
+        for key in unstamped {
+            let stream = self.tools.stream(&key);
+            dirty.tools.insert(key, stream);
         }
         for key in &unseen {
             self.forget_tool(key, batch);

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use driftline_bus::{Consumer, Delivered, Message};
-use driftline_detectors::contract::{self};
-use driftline_detectors::shape_drift::{self};
+use driftline_detectors::contract;
+use driftline_detectors::shape_drift;
 use driftline_detectors::tool_drift::{short_hash, Acceptance, HashedTools, RecordContext, ToolListOutput};
 use driftline_schemas::api::AcceptResult;
 use driftline_schemas::{
@@ -17,10 +17,10 @@ use serde_json::json;
 
 use crate::declarations::{declaration_messages, DeclaredBefore};
 use crate::decode::Input;
-use crate::keys::{self};
+use crate::keys;
 use crate::refusal::{Refusal, RefusalKind};
-use crate::state::{state_of, Dirty};
-use crate::tool_lists::{self};
+use crate::state::Dirty;
+use crate::tool_lists;
 use crate::views::server_row;
 use crate::{metrics, repeats, Worker};
 
@@ -90,7 +90,7 @@ impl<C: Consumer> Worker<C> {
                         })
                     })
                     .and_then(|()| {
-                        let (servers, key) = (&self.servers, list.key());
+                        let (servers, key) = (self.servers.iter(), list.key());
                         self.list_texts
                             .read(&list, self.settings.tool_lists, || tool_lists::held_beside(servers, &key))
                     })
@@ -174,7 +174,7 @@ impl<C: Consumer> Worker<C> {
     ) {
         let key = snapshot.key();
         let policy = Acceptance::from(&self.thresholds_of(&snapshot.project));
-        let state = state_of(&mut self.servers, &key, || self.keys_held.server_added(&key));
+        let state = self.servers.state_of(&key, || self.keys_held.server_added(&key));
         let was_down = state.down.is_some();
         let context = RecordContext {
             project: &snapshot.project,
@@ -227,7 +227,7 @@ impl<C: Consumer> Worker<C> {
         dirty: &mut Dirty,
     ) {
         let key = failure.key();
-        let state = state_of(&mut self.servers, &key, || self.keys_held.server_added(&key));
+        let state = self.servers.state_of(&key, || self.keys_held.server_added(&key));
         if state.down.is_none() {
             batch.notifications.push(Notification::transition(
                 derive_id(OutputKind::Transition, &key.to_string(), record.position),
@@ -261,7 +261,7 @@ impl<C: Consumer> Worker<C> {
         dirty: &mut Dirty,
     ) {
         let thresholds = self.thresholds_of(&call.project);
-        let state = state_of(&mut self.tools, &key, || self.keys_held.tool_added(&key));
+        let state = self.tools.state_of(&key, || self.keys_held.tool_added(&key));
         state.last_seen = Some(record.appended_at);
         if let Some(firing) = state.shape.observe((&call).into(), &thresholds) {
             let signal = shape_drift::signal(&call, record.position, firing);
@@ -294,7 +294,7 @@ impl<C: Consumer> Worker<C> {
         dirty: &mut Dirty,
     ) {
         let key = declaration.key();
-        let state = state_of(&mut self.tools, &key, || self.keys_held.tool_added(&key));
+        let state = self.tools.state_of(&key, || self.keys_held.tool_added(&key));
         state.last_seen = Some(record.appended_at);
         if state.contract.declare(declaration) {
             tracing::info!(key = %key, declared = ?declaration.schema_hash, sequence = declaration.sequence, "declared output applied");

@@ -12,6 +12,7 @@ pub mod expiry;
 mod fair;
 mod forget;
 mod handlers;
+mod held;
 mod in_flight;
 pub mod keys;
 mod metrics;
@@ -27,6 +28,7 @@ use keys::{KeyLimits, KeysHeld};
 use tool_lists::ListTexts;
 
 use dead_letters::dead_letter;
+use held::Held;
 use in_flight::InFlight;
 use rollups::rollup_mark;
 use state::Dirty;
@@ -139,8 +141,8 @@ pub struct Worker<C> {
     store: Arc<dyn DetectorStore>,
     settings: WorkerSettings,
     positions: Positions,
-    servers: HashMap<ServerKey, ServerState>,
-    tools: HashMap<ToolKey, ToolState>,
+    servers: Held<ServerKey, ServerState>,
+    tools: Held<ToolKey, ToolState>,
     /// How many of `servers` and `tools` each project holds, against `settings.keys`.
     keys_held: KeysHeld,
     thresholds: HashMap<ProjectName, DetectorThresholds>,
@@ -158,9 +160,6 @@ pub struct Worker<C> {
     stale: bool,
     /// The batch being written while the next one is read and processed (at most one).
     in_flight: Option<InFlight>,
-    /// The input stream (partition) each key's state belongs to: it moves with it in a consumer group.
-    server_streams: HashMap<ServerKey, u32>,
-    tool_streams: HashMap<ToolKey, u32>,
     /// In a consumer group other members apply threshold changes: re-read them now and then.
     settings_read_at: std::time::Instant,
     /// Drops what this worker alone reads from the bus once stored ([`Consumer::releaser`]), the positions
@@ -216,8 +215,8 @@ impl<C: Consumer> Worker<C> {
             store,
             settings,
             positions: Positions::new(),
-            servers: HashMap::new(),
-            tools: HashMap::new(),
+            servers: Held::default(),
+            tools: Held::default(),
             keys_held: KeysHeld::default(),
             thresholds: HashMap::new(),
             dead_letters: 0,
@@ -226,8 +225,6 @@ impl<C: Consumer> Worker<C> {
             declaration_sink: None,
             stale: false,
             in_flight: None,
-            server_streams: HashMap::new(),
-            tool_streams: HashMap::new(),
             settings_read_at: std::time::Instant::now(),
             released: Positions::new(),
             released_at: std::time::Instant::now(),

@@ -41,8 +41,6 @@ impl<C: Consumer> Worker<C> {
         self.servers.clear();
         self.list_texts.retain(|_| false);
         self.tools.clear();
-        self.server_streams.clear();
-        self.tool_streams.clear();
         self.positions.clear();
         self.quarantined.clear();
         self.rollups.clear();
@@ -112,14 +110,12 @@ impl<C: Consumer> Worker<C> {
             let read = match kind.as_str() {
                 "server" => ServerKey::parse(&key).map_err(|err| err.to_string()).and_then(|parsed| {
                     let state = serde_json::from_str(&state).map_err(|err| err.to_string())?;
-                    self.servers.insert(parsed.clone(), state);
-                    self.server_streams.insert(parsed, stream);
+                    self.servers.restore(parsed, state, stream);
                     Ok(())
                 }),
                 "tool" => ToolKey::parse(&key).map_err(|err| err.to_string()).and_then(|parsed| {
                     let state: ToolState = serde_json::from_str(&state).map_err(|err| err.to_string())?;
-                    self.tools.insert(parsed.clone(), state);
-                    self.tool_streams.insert(parsed, stream);
+                    self.tools.restore(parsed, state, stream);
                     Ok(())
                 }),
                 ROLLUP_MARK => state.parse::<u64>().map_err(|err| err.to_string()).map(|offset| {
@@ -162,12 +158,10 @@ impl<C: Consumer> Worker<C> {
         self.rollups.clear();
         metrics::OWNED_PARTITIONS.set(self.consumer.owned().map_or(0, |owned| owned.len()) as i64);
         let revoked: BTreeSet<u32> = change.revoked.iter().copied().collect();
-        let (server_streams, tool_streams) = (&self.server_streams, &self.tool_streams);
-        self.servers.retain(|key, _| server_streams.get(key).is_none_or(|s| !revoked.contains(s)));
-        self.list_texts.retain(|key| server_streams.get(key).is_none_or(|s| !revoked.contains(s)));
-        self.tools.retain(|key, _| tool_streams.get(key).is_none_or(|s| !revoked.contains(s)));
-        self.server_streams.retain(|_, s| !revoked.contains(s));
-        self.tool_streams.retain(|_, s| !revoked.contains(s));
+        let servers = &self.servers;
+        self.list_texts.retain(|key| servers.stream(key).is_none_or(|s| !revoked.contains(&s)));
+        self.servers.retain_streams(|s| !revoked.contains(&s));
+        self.tools.retain_streams(|s| !revoked.contains(&s));
         self.positions.retain(|s, _| !revoked.contains(s));
         self.rollup_marks.retain(|s, _| !revoked.contains(s));
         self.dead_letter_counts.retain_streams(|s| !revoked.contains(&s));

@@ -32,11 +32,11 @@ impl<C: Consumer> Worker<C> {
             return Ok(());
         }
         let tools: Vec<(ToolKey, driftline_schemas::InputPosition)> = self
-            .tool_streams
-            .iter()
+            .tools
+            .streams()
             .filter_map(|(key, stream)| {
-                let offset = *pending.get(stream)?;
-                Some((key.clone(), driftline_schemas::InputPosition { partition: *stream, offset }))
+                let offset = *pending.get(&stream)?;
+                Some((key.clone(), driftline_schemas::InputPosition { partition: stream, offset }))
             })
             .collect();
         let started = std::time::Instant::now();

@@ -1,7 +1,7 @@
 //! Held state written back: the keys a batch changed, serialised once per batch with the views the API
 //! reads, each under the stream of the record that last touched it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use driftline_bus::{Consumer, Delivered};
 use driftline_schemas::{ServerKey, ToolKey};
@@ -28,33 +28,18 @@ impl Dirty {
     }
 }
 
-/// `key`'s state, made when it is new (`added` then counts it against its project's limit).
-pub(crate) fn state_of<'s, K: std::hash::Hash + Eq + Clone, S: Default>(
-    states: &'s mut HashMap<K, S>,
-    key: &K,
-    added: impl FnOnce(),
-) -> &'s mut S {
-    match states.entry(key.clone()) {
-        std::collections::hash_map::Entry::Occupied(held) => held.into_mut(),
-        std::collections::hash_map::Entry::Vacant(new) => {
-            added();
-            new.insert(S::default())
-        }
-    }
-}
-
 impl<C: Consumer> Worker<C> {
     /// Serialises every state a record changed, once per batch, with the views the API reads; each key
     /// belongs to the stream of the last record that touched it.
     pub(crate) fn flush_state(&mut self, batch: &mut Batch, dirty: &Dirty) -> Result<(), WorkerError> {
         for (key, stream) in &dirty.servers {
-            if let (Some(stream), true) = (stream, self.servers.contains_key(key)) {
-                self.server_streams.insert(key.clone(), *stream);
+            if let Some(stream) = stream {
+                self.servers.move_to(key, *stream);
             }
         }
         for (key, stream) in &dirty.tools {
-            if let (Some(stream), true) = (stream, self.tools.contains_key(key)) {
-                self.tool_streams.insert(key.clone(), *stream);
+            if let Some(stream) = stream {
+                self.tools.move_to(key, *stream);
             }
         }
         // A key forgotten and then seen again within the batch is written, not forgotten.
@@ -73,14 +58,14 @@ impl<C: Consumer> Worker<C> {
             if let Some(state) = self.servers.get(key) {
                 let json = serde_json::to_string(state)
                     .map_err(|err| WorkerError::State { key: key.to_string(), reason: err.to_string() })?;
-                batch.states.push(row("server", key.to_string(), self.server_streams.get(key), json));
+                batch.states.push(row("server", key.to_string(), self.servers.stream(key).as_ref(), json));
             }
         }
         for key in dirty.tools.keys() {
             let Some(state) = self.tools.get(key) else { continue };
             let json = serde_json::to_string(state)
                 .map_err(|err| WorkerError::State { key: key.to_string(), reason: err.to_string() })?;
-            batch.states.push(row("tool", key.to_string(), self.tool_streams.get(key), json));
+            batch.states.push(row("tool", key.to_string(), self.tools.stream(key).as_ref(), json));
             let thresholds = self.thresholds_of(&key.project);
             batch.tool_shapes.push(ToolShapeRow {
                 project: key.project.to_string(),

@@ -1,6 +1,6 @@
 //! The rows and views the API reads, built from detector state: a server's row, a tool's shape and contract.
 
-use driftline_detectors::contract::{self};
+use driftline_detectors::contract;
 use driftline_detectors::shape_drift::{ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{short_hash, ServerState};
 use driftline_schemas::api::{ShapeState, ToolShape};
