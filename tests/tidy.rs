@@ -14,8 +14,6 @@ const CRATES: [&str; 11] =
 const MAX_LINES: usize = 800;
 const LONG_FILES: &[(&str, usize, &str)] = &[
     ("detectors/src/tool_drift/tests.rs", 2060, "one table of tool-list cases; to be split by concern (#43)"),
-    ("store/src/sqlite.rs", 1700, "the SQLite backend; to become a folder per job (#43)"),
-    ("store/src/clickhouse.rs", 1660, "the ClickHouse backend; to become a folder per job (#43)"),
     (
         "detectors/src/tool_drift/diff.rs",
         1700,
