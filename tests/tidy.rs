@@ -2,7 +2,7 @@
 //! engineer can live in. Each rule reads the files as text, with no build, and names every file that breaks
 //! it; `rules_fail_on_what_they_forbid` shows each rule failing on a made-up breach.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The workspace's crates: the binary at the root, then the members.
@@ -13,28 +13,11 @@ const CRATES: [&str; 11] =
 /// than the size given: the list shrinks as files are split, it does not grow.
 const MAX_LINES: usize = 800;
 const LONG_FILES: &[(&str, usize, &str)] = &[
-    ("detectors/src/tool_drift/tests.rs", 2060, "one table of tool-list cases; to be split by concern (#43)"),
-    (
-        "detectors/src/tool_drift/diff.rs",
-        1700,
-        "paths, type algebra and listing in one file; to be split (#43)",
-    ),
-    ("detectors/src/contract/tests.rs", 1160, "one table of declared-output cases; to be split by concern"),
-    (
-        "detectors/src/shape/walk.rs",
-        1160,
-        "the single-pass shape walker: one state machine over the bytes, kept whole",
-    ),
-    (
-        "detectors/src/tool_drift/normal.rs",
-        1130,
-        "the normal form with its keyword tables; to be split (#43)",
-    ),
-    (
-        "detectors/src/tool_drift/security.rs",
-        970,
-        "the security review's rules with their word tables; to be split (#43)",
-    ),
+    ("detectors/src/tool_drift/tests.rs", 2060, "one file of tool-list cases; to split by concern"),
+    ("detectors/src/contract/tests.rs", 1160, "one file of declared-output cases; to split by concern"),
+    ("detectors/src/shape/walk.rs", 1160, "one state machine over the bytes, kept whole"),
+    ("detectors/src/tool_drift/normal.rs", 1110, "the normal form's rewrites; to split (#43)"),
+    ("detectors/src/tool_drift/security.rs", 970, "the security review's rules and word tables"),
     ("src/config.rs", 840, "one typed configuration tree; to validate per section (#43)"),
 ];
 
@@ -157,6 +140,142 @@ fn unused_dependencies(krate: &Path, used_otherwise: &[(&str, &str, &str)]) -> V
     unused
 }
 
+/// The layers of `detectors/src/tool_drift/`, lowest first: a file uses only files of lower layers, so
+/// each layer can be read knowing only those below it (`mod.rs`, which wires them, and the tests aside).
+const TOOL_DRIFT_LAYERS: &[&[&str]] = &[
+    &["canonical", "keywords", "node", "parallel", "classify", "explain", "security"],
+    &["refs"],
+    &["normal"],
+    &["digest", "declared"],
+    &["index"],
+    &["hashes", "diff"],
+    &["surfaces"],
+];
+
+/// A file's text without its inline test module (`#[cfg(test)] mod tests { … }`, last in the file).
+fn without_tests(text: &str) -> &str {
+    text.find("#[cfg(test)]\nmod tests {").map_or(text, |at| &text[..at])
+}
+
+/// The identifier at the start of `text`.
+fn ident(text: &str) -> &str {
+    let end = text.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(text.len());
+    &text[..end]
+}
+
+/// The sibling modules `text` names after `prefix` (`super::` in a module of a folder, `crate::` at a
+/// crate's root): `prefix name`, and each first name in `prefix{a, b::c}`.
+fn named_after(text: &str, prefix: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (at, _) in text.match_indices(prefix) {
+        let rest = &text[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            for item in group.split(',') {
+                names.insert(ident(item.trim()).to_owned());
+            }
+        } else {
+            names.insert(ident(rest).to_owned());
+        }
+    }
+    names.remove("");
+    names
+}
+
+/// For each folder of modules (a crate's `src/`, or a folder with `mod.rs`): each module (a file, or a
+/// folder with `mod.rs` and what it holds) and the sibling modules it uses, by `super::`, by its path from
+/// `crate::`, or from a file of a folder module by `super::super::`. Test files (`tests.rs`) and inline
+/// test modules are left out.
+fn sibling_uses(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut folders: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    // The module path of a folder from its crate's root (`detectors/src/tool_drift` → `crate::tool_drift::`).
+    let crate_path = |folder: &str| match folder.split_once("/src") {
+        Some((_, "")) | None if folder.ends_with("src") => "crate::".to_owned(),
+        Some((_, inner)) => format!("crate{}::", inner.replace('/', "::")),
+        None => "crate::".to_owned(),
+    };
+    let is_root = |folder: &str| folder == "src" || folder.ends_with("/src");
+    let mut add = |folder: &str, module: &str, text: &str, prefix: &str| {
+        let text = without_tests(text);
+        let mut used = named_after(text, prefix);
+        used.extend(named_after(text, &crate_path(folder)));
+        used.remove(module);
+        folders.entry(folder.to_owned()).or_default().entry(module.to_owned()).or_default().extend(used);
+    };
+    for (path, text) in files {
+        let Some((folder, file)) = path.rsplit_once('/') else { continue };
+        let Some(module) = file.strip_suffix(".rs") else { continue };
+        if matches!(module, "lib" | "main" | "tests") {
+            continue;
+        }
+        let (parent, own) = folder.rsplit_once('/').unwrap_or(("", folder));
+        if module == "mod" {
+            // A folder module, seen from its parent folder.
+            if !is_root(folder) {
+                add(parent, own, text, if is_root(parent) { "crate::" } else { "super::" });
+            }
+            continue;
+        }
+        add(folder, module, text, if is_root(folder) { "crate::" } else { "super::" });
+        // A file of a folder module also makes its folder use what it names in the parent folder.
+        if !is_root(folder) && files.contains_key(&format!("{folder}/mod.rs")) {
+            add(parent, own, text, if is_root(parent) { "crate::" } else { "super::super::" });
+        }
+    }
+    // Only siblings count: names of items in the parent are not modules of the folder.
+    for modules in folders.values_mut() {
+        let known: BTreeSet<String> = modules.keys().cloned().collect();
+        for used in modules.values_mut() {
+            used.retain(|name| known.contains(name));
+        }
+    }
+    folders
+}
+
+/// Rule: no module uses a sibling that uses it, directly or around a circle.
+fn import_circles(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut circles = Vec::new();
+    for (folder, modules) in sibling_uses(files) {
+        for start in modules.keys() {
+            // Depth-first from `start`, reporting a path that comes back to it.
+            let mut stack = vec![vec![start.clone()]];
+            while let Some(path) = stack.pop() {
+                let Some(last) = path.last() else { continue };
+                for next in modules.get(last).into_iter().flatten() {
+                    if next == start && path.first() == path.iter().min() {
+                        circles.push(format!("{folder}: {} → {start}", path.join(" → ")));
+                    } else if !path.contains(next) {
+                        let mut longer = path.clone();
+                        longer.push(next.clone());
+                        stack.push(longer);
+                    }
+                }
+            }
+        }
+    }
+    circles
+}
+
+/// Rule: in `folder`, each file uses only files of lower `layers`; every file has a layer.
+fn layer_breaches(files: &BTreeMap<String, String>, folder: &str, layers: &[&[&str]]) -> Vec<String> {
+    let layer_of = |module: &str| layers.iter().position(|layer| layer.contains(&module));
+    let uses = sibling_uses(files);
+    let Some(modules) = uses.get(folder) else { return vec![format!("{folder}: no modules found")] };
+    let mut breaches = Vec::new();
+    for (module, used) in modules {
+        let Some(own) = layer_of(module) else {
+            breaches.push(format!("{folder}/{module}.rs has no layer in tests/tidy.rs"));
+            continue;
+        };
+        for other in used {
+            if layer_of(other).is_none_or(|layer| layer >= own) {
+                breaches.push(format!("{folder}/{module}.rs uses {other}.rs, which is not below it"));
+            }
+        }
+    }
+    breaches
+}
+
 #[test]
 fn every_product_file_opens_with_a_module_comment() {
     let missing = missing_module_comments(&product_files());
@@ -196,6 +315,22 @@ fn no_crate_declares_a_dependency_it_does_not_use() {
 }
 
 #[test]
+fn no_module_uses_a_sibling_that_uses_it() {
+    let circles = import_circles(&product_files());
+    assert!(
+        circles.is_empty(),
+        "modules that use each other (move the shared item down):\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn tool_drift_files_use_only_lower_layers() {
+    let breaches = layer_breaches(&product_files(), "detectors/src/tool_drift", TOOL_DRIFT_LAYERS);
+    assert!(breaches.is_empty(), "{}", breaches.join("\n"));
+}
+
+#[test]
 fn rules_fail_on_what_they_forbid() {
     let files: BTreeMap<String, String> = [
         ("a/src/lib.rs".to_string(), "//! Owns a.\nfn a() {}\n".to_string()),
@@ -211,6 +346,47 @@ fn rules_fail_on_what_they_forbid() {
         ["a/src/long.rs: 801 lines (at most 800)"]
     );
     assert_eq!(too_long(&files, &[("a/src/listed.rs", 900, "why")]).len(), 2, "a listed file past its size");
+
+    let circle: BTreeMap<String, String> = [
+        ("a/src/one.rs", "//! One.\nuse crate::two::Two;\n"),
+        (
+            "a/src/two.rs",
+            "//! Two.\nuse crate::{one, three};\n#[cfg(test)]\nmod tests {\n    use crate::four;\n}\n",
+        ),
+        ("a/src/three.rs", "//! Three.\n"),
+        ("a/src/four.rs", "//! Four.\nuse crate::two;\n"),
+        ("a/src/f/mod.rs", "//! F.\n"),
+        ("a/src/f/low.rs", "//! Low.\nuse super::high::H;\n"),
+        ("a/src/f/high.rs", "//! High.\nuse super::low;\n"),
+        ("a/src/f/g/mod.rs", "//! G, a folder module.\n"),
+        ("a/src/f/g/inner.rs", "//! Inner.\nuse super::super::low;\n"),
+        ("a/src/f/lower.rs", "//! Lower.\nuse crate::f::g::Inner;\n"),
+    ]
+    .into_iter()
+    .map(|(path, text)| (path.to_owned(), text.to_owned()))
+    .collect();
+    assert_eq!(import_circles(&circle), ["a/src: one → two → one", "a/src/f: high → low → high"]);
+    let uses = sibling_uses(&circle);
+    let folder = &uses["a/src/f"];
+    let names = |module: &str| folder[module].iter().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        (names("g"), names("lower")),
+        (vec!["low".to_owned()], vec!["g".to_owned()]),
+        "a folder module's uses"
+    );
+    assert_eq!(
+        layer_breaches(&circle, "a/src/f", &[&["low"], &["high", "g"], &["lower"]]),
+        ["a/src/f/low.rs uses high.rs, which is not below it"]
+    );
+    assert_eq!(
+        layer_breaches(&circle, "a/src/f", &[&["low", "g", "lower"]]),
+        [
+            "a/src/f/g.rs uses low.rs, which is not below it",
+            "a/src/f/high.rs has no layer in tests/tidy.rs",
+            "a/src/f/low.rs uses high.rs, which is not below it",
+            "a/src/f/lower.rs uses g.rs, which is not below it",
+        ]
+    );
 
     let dir = std::env::temp_dir().join(format!("driftline-tidy-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("src")).expect("temp crate");

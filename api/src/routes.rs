@@ -1,4 +1,4 @@
-//! The query API's router: every route with its OpenAPI entry, the shared answer helpers, and the
+//! The query API's handlers over servers, drift, tools and settings, each with its OpenAPI entry, and the
 //! operator commands the API publishes and waits for.
 
 use std::collections::HashMap;
@@ -6,9 +6,8 @@ use std::time::Instant;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::response::IntoResponse;
+use axum::Json;
 use driftline_bus::{Message, Topic};
 #[allow(unused_imports)] // named in the OpenAPI annotations
 use driftline_schemas::api::{
@@ -20,63 +19,25 @@ use driftline_schemas::{DetectorThresholds, OperatorCommand};
 use driftline_schemas::{SchemaDriftEvent, ServerSurfaces};
 use driftline_store::ImpactQuery;
 use serde_json::{json, Value};
-use utoipa::openapi::OpenApi;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
 use driftline_http::{server_name, tool_name, ApiError, Params, Scope};
 
-use crate::ApiState;
-
-pub(crate) type Answer = Result<Response, ApiError>;
-
-/// The API's routes and their OpenAPI description, generated from the handlers.
-pub fn router(state: ApiState) -> (Router, OpenApi) {
-    OpenApiRouter::new()
-        .routes(routes!(servers))
-        .routes(routes!(server))
-        .routes(routes!(drift_history))
-        .routes(routes!(drift_event))
-        .routes(routes!(drift_impact))
-        .routes(routes!(drift_accept))
-        .routes(routes!(server_tools))
-        .routes(routes!(server_surfaces))
-        .routes(routes!(tools))
-        .routes(routes!(tool_shape))
-        .routes(routes!(tool_calls))
-        .routes(routes!(crate::timeline::tool_contract))
-        .routes(routes!(crate::timeline::tool_timeline))
-        .routes(routes!(crate::timeline::server_timeline))
-        .routes(routes!(shape_drift))
-        .routes(routes!(get_thresholds, put_thresholds))
-        .routes(routes!(return_value_stats))
-        .routes(routes!(dead_letters))
-        .routes(routes!(forget_server))
-        .routes(routes!(forget_tool))
-        .routes(routes!(healthz))
-        .routes(routes!(readyz))
-        .route("/metrics", get(driftline_http::metrics::metrics))
-        .route("/", get(crate::dashboard::index))
-        .route("/ui/app.js", get(crate::dashboard::app))
-        .route("/ui/style.css", get(crate::dashboard::style))
-        .with_state(state)
-        .split_for_parts()
-}
-
-pub(crate) fn ok<T: serde::Serialize>(value: T) -> Answer {
-    Ok(Json(value).into_response())
-}
+use crate::{ok, Answer, ApiState};
 
 #[utoipa::path(get, path = "/api/health/servers", tag = "health",
     responses((status = 200, description = "Every server of the project", body = [ServerHealth]), (status = 401, body = ErrorBody)))]
-async fn servers(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
+pub(crate) async fn servers(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     ok(state.store.servers(&who.project).await.map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/api/health/servers/{name}", tag = "health", params(("name" = String, Path, description = "Server name")),
     responses((status = 200, body = ServerHealth), (status = 404, body = ErrorBody)))]
-async fn server(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
+pub(crate) async fn server(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     let servers = state.store.servers(&who.project).await.map_err(ApiError::store_unavailable)?;
@@ -90,7 +51,7 @@ async fn server(State(state): State<ApiState>, headers: HeaderMap, Path(name): P
     params(("name" = String, Path, description = "Server name"), ("limit" = Option<u32>, Query, description = "1-100, default 10"),
         ("list_bytes" = Option<u32>, Query, description = "Tool-list text to answer with, newest events first (the newest event's always): 0 to 33554432, the default; older events come with `lists_omitted`")),
     responses((status = 200, description = "A bare array of events, newest first", body = Vec<SchemaDriftEvent>), (status = 400, body = ErrorBody)))]
-async fn drift_history(
+pub(crate) async fn drift_history(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -114,7 +75,7 @@ pub const HISTORY_LIST_BYTES: usize = 32 << 20;
 #[utoipa::path(get, path = "/api/health/servers/{name}/drift-events/{id}", tag = "drift",
     params(("name" = String, Path, description = "Server name"), ("id" = String, Path, description = "Event id, as in the drift history")),
     responses((status = 200, description = "The event with both full tool lists", body = SchemaDriftEvent), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
-async fn drift_event(
+pub(crate) async fn drift_event(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path((name, id)): Path<(String, String)>,
@@ -139,7 +100,7 @@ async fn drift_event(
     params(("name" = String, Path, description = "Server name"), ("tool_name" = String, Query, description = "Tool"),
         ("hours" = Option<u32>, Query, description = "1-720, default 24")),
     responses((status = 200, body = DriftImpact), (status = 400, body = ErrorBody)))]
-async fn drift_impact(
+pub(crate) async fn drift_impact(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -162,7 +123,7 @@ async fn drift_impact(
 }
 
 /// Publishes a command and waits (briefly) for a worker to apply it: 200 with its result, or 202.
-async fn run_command(state: &ApiState, command: OperatorCommand) -> Answer {
+pub(crate) async fn run_command(state: &ApiState, command: OperatorCommand) -> Answer {
     let id = command.id().to_owned();
     let payload = serde_json::to_vec(&command).map_err(|err| ApiError::bad_request(err.to_string()))?;
     // An acceptance rides the server's tool-list partition, in order with its lists and read by the
@@ -215,7 +176,11 @@ fn rand_u64() -> u64 {
 #[utoipa::path(post, path = "/api/health/servers/{name}/drift-accept", tag = "drift", params(("name" = String, Path, description = "Server name")),
     responses((status = 200, description = "Applied", body = AcceptResult), (status = 202, description = "Queued behind the data"),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
+pub(crate) async fn drift_accept(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Admin)?;
     let name = server_name(&name)?;
     let known = state
@@ -240,7 +205,7 @@ async fn drift_accept(State(state): State<ApiState>, headers: HeaderMap, Path(na
 #[utoipa::path(delete, path = "/api/servers/{name}/state", tag = "health", params(("name" = String, Path, description = "Server name")),
     responses((status = 200, description = "Applied: `forgotten` says whether the server had state; `tools` how many tools were asked to forget theirs"),
         (status = 202, description = "Queued behind the data"), (status = 403, body = ErrorBody)))]
-async fn forget_server(
+pub(crate) async fn forget_server(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -296,7 +261,7 @@ async fn forget_server(
     params(("server" = String, Path, description = "Server name"), ("tool" = String, Path, description = "Tool name")),
     responses((status = 200, description = "Applied: `forgotten` says whether the tool had state"), (status = 202, description = "Queued behind the data"),
         (status = 403, body = ErrorBody)))]
-async fn forget_tool(
+pub(crate) async fn forget_tool(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path((server, tool)): Path<(String, String)>,
@@ -312,14 +277,18 @@ async fn forget_tool(
 /// limits among them (ingest acknowledged them before the detector could tell).
 #[utoipa::path(get, path = "/api/health/dead-letters", tag = "health",
     responses((status = 200, description = "Counts by kind, with the newest reason", body = [DeadLetterCount])))]
-async fn dead_letters(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
+pub(crate) async fn dead_letters(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     ok(state.store.dead_letters(&who.project).await.map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/api/servers/{name}/tools", tag = "tools", params(("name" = String, Path, description = "Server name")),
     responses((status = 200, body = [ToolSchema])))]
-async fn server_tools(State(state): State<ApiState>, headers: HeaderMap, Path(name): Path<String>) -> Answer {
+pub(crate) async fn server_tools(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     ok(state.store.tool_schemas(&who.project, &name).await.map_err(ApiError::store_unavailable)?)
@@ -329,7 +298,7 @@ async fn server_tools(State(state): State<ApiState>, headers: HeaderMap, Path(na
 /// object where none was captured (a producer that sends only tools).
 #[utoipa::path(get, path = "/api/servers/{name}/surfaces", tag = "tools", params(("name" = String, Path, description = "Server name")),
     responses((status = 200, body = ServerSurfaces)))]
-async fn server_surfaces(
+pub(crate) async fn server_surfaces(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -343,7 +312,7 @@ async fn server_surfaces(
 
 #[utoipa::path(get, path = "/api/tools", tag = "tools", params(("hours" = Option<u32>, Query, description = "1-720, default 24")),
     responses((status = 200, body = [ToolSummary])))]
-async fn tools(
+pub(crate) async fn tools(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
@@ -356,7 +325,7 @@ async fn tools(
 #[utoipa::path(get, path = "/api/tools/{server}/{tool}/shape", tag = "tools",
     params(("server" = String, Path, description = "Server name"), ("tool" = String, Path, description = "Tool name")),
     responses((status = 200, body = ToolShape), (status = 404, body = ErrorBody)))]
-async fn tool_shape(
+pub(crate) async fn tool_shape(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path((server, tool)): Path<(String, String)>,
@@ -377,7 +346,7 @@ async fn tool_shape(
         ("limit" = Option<u32>, Query, description = "1-1000, default 100")),
     responses((status = 200, description = "The tool's stored calls, newest first", body = [RecentCall]),
         (status = 400, body = ErrorBody)))]
-async fn tool_calls(
+pub(crate) async fn tool_calls(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path((server, tool)): Path<(String, String)>,
@@ -401,7 +370,7 @@ async fn tool_calls(
 
 #[utoipa::path(get, path = "/api/shape-drift", tag = "tools", params(("hours" = Option<u32>, Query, description = "1-720, default 24")),
     responses((status = 200, body = ShapeDriftList)))]
-async fn shape_drift(
+pub(crate) async fn shape_drift(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
@@ -430,13 +399,16 @@ fn thresholds_view(thresholds: DetectorThresholds) -> ThresholdsView {
 }
 
 #[utoipa::path(get, path = "/api/settings/detector-thresholds", tag = "settings", responses((status = 200, body = ThresholdsView)))]
-async fn get_thresholds(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
+pub(crate) async fn get_thresholds(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
     let who = state.auth.authorize(&headers, Scope::Read)?;
     ok(thresholds_view(project_thresholds(&state, &who.project).await?))
 }
 
 /// The project's thresholds, or the defaults when it never changed them.
-async fn project_thresholds(state: &ApiState, project: &str) -> Result<DetectorThresholds, ApiError> {
+pub(crate) async fn project_thresholds(
+    state: &ApiState,
+    project: &str,
+) -> Result<DetectorThresholds, ApiError> {
     let stored = state.store.thresholds(project).await.map_err(ApiError::store_unavailable)?;
     Ok(stored.unwrap_or(state.default_thresholds))
 }
@@ -444,7 +416,7 @@ async fn project_thresholds(state: &ApiState, project: &str) -> Result<DetectorT
 #[utoipa::path(put, path = "/api/settings/detector-thresholds", tag = "settings",
     request_body(content = DetectorThresholds, description = "Keys left out keep their value"),
     responses((status = 200, body = ThresholdsView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
-async fn put_thresholds(
+pub(crate) async fn put_thresholds(
     State(state): State<ApiState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
@@ -472,7 +444,7 @@ async fn put_thresholds(
 
 #[utoipa::path(get, path = "/api/settings/return-value-stats", tag = "settings",
     params(("hours" = Option<u32>, Query, description = "1-720, default 24")), responses((status = 200, body = ReturnValueStats)))]
-async fn return_value_stats(
+pub(crate) async fn return_value_stats(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
@@ -487,13 +459,13 @@ async fn return_value_stats(
 }
 
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is alive")))]
-async fn healthz() -> Answer {
+pub(crate) async fn healthz() -> Answer {
     ok(json!({"status": "ok"}))
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses((status = 200, description = "The store answers"), (status = 503, body = ErrorBody)))]
-async fn readyz(State(state): State<ApiState>) -> Answer {
+pub(crate) async fn readyz(State(state): State<ApiState>) -> Answer {
     if let Some(reason) = driftline_http::readiness::failure() {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
     }

@@ -13,8 +13,8 @@ use driftline_store::BucketQuery;
 
 use driftline_http::{server_name, tool_name, ApiError, Params, Scope};
 
-use crate::routes::{ok, Answer};
 use crate::ApiState;
+use crate::{ok, Answer};
 
 /// Bucket sizes a timeline picks from when none is asked for: the smallest giving at most
 /// [`DEFAULT_BUCKETS`] buckets.

@@ -149,7 +149,7 @@ pub async fn read_whole_body(
         }
         Err(refused) => {
             crate::metrics::BODIES_REFUSED.with_label_values(&[refused.reason()]).inc();
-            crate::refusals::log_body_refused(parts.uri.path(), &refused);
+            log_body_refused(parts.uri.path(), &refused);
             let mut response = ApiError::new(refused.status(), refused.to_string()).into_response();
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
             response
@@ -214,6 +214,13 @@ async fn read(
         return Err(BodyRefused::TooSlow(limits.timeout.as_secs()));
     }
     Ok(Bytes::from(buffer))
+}
+
+/// One line per refused body, within the refusal log budget (`refusals.rs`).
+fn log_body_refused(path: &str, refused: &BodyRefused) {
+    crate::refusals::throttled("body", |unlogged| {
+        tracing::warn!(path, reason = %refused, unlogged_before = unlogged, "request body refused");
+    });
 }
 
 #[cfg(test)]

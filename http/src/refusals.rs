@@ -9,8 +9,6 @@ use std::time::Instant;
 
 use driftline_schemas::LogBudget;
 
-use crate::body::BodyRefused;
-
 /// One budget per kind of refusal, so a flood of one kind does not silence another.
 static BUDGETS: LazyLock<Mutex<HashMap<&'static str, LogBudget>>> = LazyLock::new(Default::default);
 
@@ -24,12 +22,6 @@ pub fn throttled(kind: &'static str, log: impl FnOnce(u64)) {
     if let Some(unlogged) = due {
         log(unlogged);
     }
-}
-
-pub(crate) fn log_body_refused(path: &str, refused: &BodyRefused) {
-    throttled("body", |unlogged| {
-        tracing::warn!(path, reason = %refused, unlogged_before = unlogged, "request body refused");
-    });
 }
 
 #[cfg(test)]

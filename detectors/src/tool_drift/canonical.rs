@@ -1,16 +1,9 @@
-//! Canonical JSON and the hash of a tool list (DESIGN.md §5 "Canonical hash").
-//!
-//! The hash reads the normal form of `normal.rs`, as the diff does, so that two lists hash alike
-//! exactly when the diff finds nothing between them.
+//! Canonical JSON (RFC 8785) and the writers of its parts: the base layer every hash of `tool_drift`
+//! writes through.
 
 use std::cmp::Ordering;
 
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
-
-use super::digest::DefinitionDigest;
-use super::index::{list_hash, ToolIndex};
-use super::normal::NormalTool;
 
 /// RFC 8785 (JCS) serialization: keys sorted by UTF-16 code units, no whitespace, numbers as ECMAScript
 /// writes IEEE doubles, strings with the minimal JSON escapes.
@@ -189,29 +182,6 @@ fn utf16_cmp(a: &str, b: &str) -> Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
-/// The `schema_hash` of a normalised tool list (sorted by name, one tool per name), from each tool's
-/// normal form: what [`ToolIndex`] computes from the declarations, the slow way.
-pub fn tools_hash(tools: &[NormalTool]) -> String {
-    let digests: Vec<DefinitionDigest> = tools.iter().map(definition_digest_of).collect();
-    hex::encode(list_hash(tools.iter().zip(&digests).map(|(tool, digest)| (tool.name.as_str(), digest))))
-}
-
-/// Hash of everything but the name: equal for a tool that was only renamed.
-pub fn definition_hash(tool: &NormalTool) -> String {
-    hex::encode(definition_digest_of(tool))
-}
-
-fn definition_digest_of(tool: &NormalTool) -> DefinitionDigest {
-    let mut text = String::new();
-    write_object(&mut text, &tool.definition, None);
-    Sha256::digest(text.as_bytes()).into()
-}
-
-/// `schema_hash` of a declared tool list.
-pub fn schema_hash(tools: &[Value]) -> String {
-    ToolIndex::new(&driftline_schemas::ToolsText::from_values(tools)).hash()
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::strategy::Strategy;
@@ -286,16 +256,5 @@ mod tests {
             write_object(&mut written, &map, Some(("name", "@@@@")));
             proptest::prop_assert_eq!(written.replace("\"@@@@\"", "99"), jcs_reference(&with_name));
         }
-    }
-
-    #[test]
-    fn hash_ignores_tool_order_key_order_meta_and_missing_input_schema() {
-        let a =
-            json!([{"name": "x", "inputSchema": {"type": "object", "required": ["p", "q"]}}, {"name": "y"}]);
-        let b = json!([{"name": "y", "inputSchema": {}, "_meta": {"v": 2}},
-            {"inputSchema": {"required": ["q", "p"], "type": "object"}, "name": "x"}]);
-        assert_eq!(schema_hash(a.as_array().expect("a")), schema_hash(b.as_array().expect("b")));
-        let c = json!([{"name": "x", "inputSchema": {"type": "object", "required": ["p"]}}, {"name": "y"}]);
-        assert_ne!(schema_hash(a.as_array().expect("a")), schema_hash(c.as_array().expect("c")));
     }
 }

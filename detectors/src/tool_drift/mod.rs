@@ -6,7 +6,9 @@ mod declared;
 mod diff;
 mod digest;
 mod explain;
+mod hashes;
 mod index;
+mod keywords;
 mod node;
 mod normal;
 mod parallel;
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use canonical::{canonical_json, definition_hash, schema_hash, tools_hash};
+pub use canonical::canonical_json;
 pub use classify::classify;
 pub use declared::{changed_declarations, declared_outputs, DeclaredOutput};
 pub use diff::{
@@ -33,6 +35,7 @@ pub use diff::{
 };
 pub use digest::{definition_digest, definition_text, entry_digest, DefinitionDigest, Written};
 pub use explain::consequence;
+pub use hashes::{definition_hash, schema_hash, tools_hash};
 pub use index::{IndexedList, IndexedTool, ToolIndex};
 pub use normal::{
     normalize_root_schema, normalize_schema, normalize_tool, normalize_tools, ref_expansion, NormalTool,

@@ -8,6 +8,7 @@
 use serde_json::{Map, Number, Value};
 
 use super::canonical::canonical_json;
+use super::keywords::{SCHEMA_KEYWORDS, SCHEMA_LIST_KEYWORDS, SCHEMA_MAP_KEYWORDS};
 use super::refs::inline_local_refs;
 
 /// A tool as the detector reads it.
@@ -192,26 +193,6 @@ fn normalize_execution(execution: &Value) -> Option<Value> {
         .collect();
     (!normal.is_empty()).then_some(Value::Object(normal))
 }
-
-/// Keywords whose value is a schema (JSON Schema 2020-12 and the drafts MCP servers still send).
-pub const SCHEMA_KEYWORDS: &[&str] = &[
-    "items",
-    "additionalItems",
-    "additionalProperties",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "contains",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-];
-/// Keywords whose value is a map of schemas.
-pub const SCHEMA_MAP_KEYWORDS: &[&str] =
-    &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
-/// Keywords whose value is a list of schemas.
-pub const SCHEMA_LIST_KEYWORDS: &[&str] = &["anyOf", "oneOf", "allOf", "prefixItems"];
 
 /// A tool's input or output schema: local references expanded (their definitions dropped once every
 /// reference was followed), then every schema inside normalised.

@@ -22,26 +22,6 @@ fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |cores| cores.get()))
 }
 
-/// How per-tool work of a diff is split: the threads for a count of tools, how many tools' results are
-/// held at once, and the room of each tool's own listing.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Split {
-    pub threads: fn(usize) -> usize,
-    pub at_once: usize,
-    pub per_tool: super::diff::ToolRoom,
-}
-
-impl Split {
-    /// Every core for long lists, the changes of 256 tools at a time, each tool's own listing with room
-    /// for 16 changes (16 KiB) of each kind and 1,024 entries of its order (listed changes and stretches
-    /// of counted ones): a few MB held at most, and far more than a real tool's changes.
-    pub const MACHINE: Split = Split {
-        threads: threads_for,
-        at_once: 256,
-        per_tool: super::diff::ToolRoom { changes: 16, bytes: 16 << 10, entries: 1_024 },
-    };
-}
-
 /// `each(i, scratch)` for every `i` in `0..count`, in order, over up to `threads` threads (each with a
 /// scratch buffer of its own). A thread the system will not start leaves its run to the calling thread.
 pub(super) fn map_ordered<T: Send>(

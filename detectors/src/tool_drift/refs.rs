@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::normal::{SCHEMA_KEYWORDS, SCHEMA_LIST_KEYWORDS, SCHEMA_MAP_KEYWORDS};
+use super::keywords::{SCHEMA_KEYWORDS, SCHEMA_LIST_KEYWORDS, SCHEMA_MAP_KEYWORDS};
 
 /// How many JSON nodes the expansion of one schema may copy in.
 const INLINE_BUDGET: usize = 50_000;

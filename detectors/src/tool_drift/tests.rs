@@ -6,8 +6,8 @@ use driftline_schemas::{
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+use super::diff::Split;
 use super::diff::ToolRoom;
-use super::parallel::Split;
 use super::*;
 
 /// One line per change: `CLASSIFICATION change_type tool path before -> after [flags]`.
