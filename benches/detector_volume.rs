@@ -128,15 +128,31 @@ async fn run<P: Producer, C: Consumer>(
     rows
 }
 
+fn clickhouse_url() -> String {
+    std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:18123".into())
+}
+
+/// A ClickHouse store in a database of its own (dropped by [`drop_bench_databases`]).
 async fn clickhouse() -> Arc<dyn DetectorStore> {
     let settings = ClickHouseSettings {
-        url: std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:18123".into()),
+        url: clickhouse_url(),
         database: format!("bench_volume_{}_{}", std::process::id(), now_ms()),
         user: None,
         password: None,
     };
     driftline_store::migrate_clickhouse(&settings).await.expect("migrate");
     Arc::new(ClickHouseStore::connect(&settings).await.expect("connect"))
+}
+
+/// Drops the databases this run made: 50 million identities take gigabytes.
+fn drop_bench_databases() {
+    let prefix = format!("bench_volume_{}_", std::process::id());
+    let sql =
+        |query: String| ureq::post(&clickhouse_url()).send(query).ok()?.body_mut().read_to_string().ok();
+    let names = sql(format!("SELECT name FROM system.databases WHERE startsWith(name, '{prefix}')"));
+    for name in names.unwrap_or_default().lines().filter(|name| name.starts_with(&prefix)) {
+        let _ = sql(format!("DROP DATABASE IF EXISTS {name}"));
+    }
 }
 
 fn main() {
@@ -212,4 +228,5 @@ fn main() {
     let _ =
         std::fs::write("target/bench-volume.json", serde_json::to_string_pretty(&json).unwrap_or_default());
     let _ = std::fs::remove_dir_all(&dir);
+    drop_bench_databases();
 }
