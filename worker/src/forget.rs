@@ -6,7 +6,7 @@ use driftline_bus::Consumer;
 use driftline_schemas::{ServerKey, Timestamp, ToolKey};
 use driftline_store::{Batch, Forgotten};
 
-use crate::state::Dirty;
+use crate::state::Outputs;
 use crate::{metrics, Worker};
 
 impl<C: Consumer> Worker<C> {
@@ -43,7 +43,7 @@ impl<C: Consumer> Worker<C> {
     /// Forgets the tools whose last call is older than `forget_unseen_tools_after` at `now` (bus time),
     /// at most once a minute of bus time. A tool restored from state stored without `last_seen` counts
     /// from now (written with this batch).
-    pub(crate) fn forget_unseen_tools(&mut self, now: Timestamp, batch: &mut Batch, dirty: &mut Dirty) {
+    pub(crate) fn forget_unseen_tools(&mut self, now: Timestamp, out: &mut Outputs) {
         let after = self.settings.forget_unseen_tools_after;
         let every = (after / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
         if self.swept_at.is_some_and(|at| now.as_millis() - at.as_millis() < every.as_millis() as i64) {
@@ -65,11 +65,11 @@ impl<C: Consumer> Worker<C> {
         }
         for key in unstamped {
             let stream = self.tools.stream(&key);
-            dirty.tools.insert(key, stream);
+            out.dirty.tools.insert(key, stream);
         }
         for key in &unseen {
-            self.forget_tool(key, batch);
-            dirty.tools.remove(key);
+            self.forget_tool(key, &mut out.batch);
+            out.dirty.tools.remove(key);
         }
         if !unseen.is_empty() {
             metrics::FORGOTTEN_TOOLS.inc_by(unseen.len() as u64);

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use driftline_bus::{Consumer, Delivered, Message};
+use driftline_bus::{Consumer, Delivered};
 use driftline_detectors::contract;
 use driftline_detectors::shape_drift;
 use driftline_detectors::tool_drift::{short_hash, Acceptance, HashedTools, RecordContext, ToolListOutput};
@@ -19,7 +19,7 @@ use crate::declarations::{declaration_messages, DeclaredBefore};
 use crate::decode::Input;
 use crate::keys;
 use crate::refusal::{Refusal, RefusalKind};
-use crate::state::Dirty;
+use crate::state::Outputs;
 use crate::tool_lists;
 use crate::views::server_row;
 use crate::{metrics, repeats, Worker};
@@ -63,9 +63,7 @@ impl<C: Consumer> Worker<C> {
         &mut self,
         record: &Delivered,
         input: Input<'_>,
-        batch: &mut Batch,
-        dirty: &mut Dirty,
-        declarations: &mut Vec<Message>,
+        out: &mut Outputs,
     ) -> Result<(), Refusal> {
         let quarantined = self.quarantined.get(&record.key);
         let outcome = if let Some(reason) = quarantined {
@@ -94,12 +92,12 @@ impl<C: Consumer> Worker<C> {
                         self.list_texts
                             .read(&list, self.settings.tool_lists, || tool_lists::held_beside(servers, &key))
                     })
-                    .map(|tools| self.tool_list(&list, tools, record, batch, dirty, declarations)),
-                Input::ProbeFailure(failure) => self
-                    .room_for_server(&failure.key())
-                    .map(|()| self.probe_failure(&failure, record, batch, dirty)),
+                    .map(|tools| self.tool_list(&list, tools, record, out)),
+                Input::ProbeFailure(failure) => {
+                    self.room_for_server(&failure.key()).map(|()| self.probe_failure(&failure, record, out))
+                }
                 Input::Command(command) => {
-                    self.command(*command, record, batch, dirty, declarations);
+                    self.command(*command, record, out);
                     Ok(())
                 }
                 Input::Call { identity, call, repeat: false } => {
@@ -110,8 +108,8 @@ impl<C: Consumer> Worker<C> {
                             let at = record.appended_at.as_millis();
                             self.recent.remember(repeats::identity_key(&identity), record.position, at);
                         }
-                        batch.call_identities.push((identity, record.position, record.appended_at));
-                        self.call(*call, key, record, batch, dirty);
+                        out.batch.call_identities.push((identity, record.position, record.appended_at));
+                        self.call(*call, key, record, out);
                     })
                 }
                 Input::Call { repeat: true, .. } => {
@@ -121,7 +119,7 @@ impl<C: Consumer> Worker<C> {
                 }
                 Input::Declaration(declaration) => self
                     .room_for_tool(&declaration.key())
-                    .map(|()| self.declaration(&declaration, record, dirty)),
+                    .map(|()| self.declaration(&declaration, record, out)),
                 Input::Unusable(refusal) => Err(refusal),
             }
         };
@@ -168,9 +166,7 @@ impl<C: Consumer> Worker<C> {
         snapshot: &ToolListRecord<'_>,
         tools: Arc<ToolsText>,
         record: &Delivered,
-        batch: &mut Batch,
-        dirty: &mut Dirty,
-        declarations: &mut Vec<Message>,
+        out: &mut Outputs,
     ) {
         let key = snapshot.key();
         let policy = Acceptance::from(&self.thresholds_of(&snapshot.project));
@@ -185,10 +181,10 @@ impl<C: Consumer> Worker<C> {
         let before = DeclaredBefore::of(state);
         let observed = state.observe_server(Arc::clone(&tools), snapshot.surfaces.as_ref(), context, policy);
         let changed = before.changes(state);
-        declarations.extend(declaration_messages(&snapshot.project, &snapshot.server, changed, record));
-        apply_outputs(observed.outputs, batch);
+        out.declarations.extend(declaration_messages(&snapshot.project, &snapshot.server, changed, record));
+        apply_outputs(observed.outputs, &mut out.batch);
         let hash = observed.hash;
-        batch.tool_lists.push(StoredToolList {
+        out.batch.tool_lists.push(StoredToolList {
             project: snapshot.project.to_string(),
             server: snapshot.server.to_string(),
             captured_at: snapshot.captured_at,
@@ -198,7 +194,7 @@ impl<C: Consumer> Worker<C> {
         });
         let tool_count = observed.tool_count as u32;
         if was_down {
-            batch.notifications.push(Notification::transition(
+            out.batch.notifications.push(Notification::transition(
                 derive_id(OutputKind::Transition, &key.to_string(), record.position),
                 &snapshot.project,
                 &snapshot.server,
@@ -207,7 +203,7 @@ impl<C: Consumer> Worker<C> {
                 format!("{tool_count} tools"),
             ));
         }
-        batch.servers.push(server_row(
+        out.batch.servers.push(server_row(
             &snapshot.project,
             &snapshot.server,
             state,
@@ -216,20 +212,14 @@ impl<C: Consumer> Worker<C> {
             snapshot.latency_ms,
             record.appended_at,
         ));
-        dirty.server(key, record);
+        out.dirty.server(key, record);
     }
 
-    pub(crate) fn probe_failure(
-        &mut self,
-        failure: &ProbeFailure,
-        record: &Delivered,
-        batch: &mut Batch,
-        dirty: &mut Dirty,
-    ) {
+    pub(crate) fn probe_failure(&mut self, failure: &ProbeFailure, record: &Delivered, out: &mut Outputs) {
         let key = failure.key();
         let state = self.servers.state_of(&key, || self.keys_held.server_added(&key));
         if state.down.is_none() {
-            batch.notifications.push(Notification::transition(
+            out.batch.notifications.push(Notification::transition(
                 derive_id(OutputKind::Transition, &key.to_string(), record.position),
                 &failure.project,
                 &failure.server,
@@ -240,7 +230,7 @@ impl<C: Consumer> Worker<C> {
         }
         state.probe_failed(&failure.error);
         let (hash, count) = list_summary(state.observed.as_ref().or(state.baseline.as_ref()));
-        batch.servers.push(server_row(
+        out.batch.servers.push(server_row(
             &failure.project,
             &failure.server,
             state,
@@ -249,17 +239,10 @@ impl<C: Consumer> Worker<C> {
             None,
             record.appended_at,
         ));
-        dirty.server(key, record);
+        out.dirty.server(key, record);
     }
 
-    pub(crate) fn call(
-        &mut self,
-        call: ToolCallRecord,
-        key: ToolKey,
-        record: &Delivered,
-        batch: &mut Batch,
-        dirty: &mut Dirty,
-    ) {
+    pub(crate) fn call(&mut self, call: ToolCallRecord, key: ToolKey, record: &Delivered, out: &mut Outputs) {
         let thresholds = self.thresholds_of(&call.project);
         let state = self.tools.state_of(&key, || self.keys_held.tool_added(&key));
         state.last_seen = Some(record.appended_at);
@@ -267,7 +250,7 @@ impl<C: Consumer> Worker<C> {
             let signal = shape_drift::signal(&call, record.position, firing);
             tracing::info!(key = %key, fingerprint = %signal.fingerprint, ranking = signal.ranking.as_str(), "return shape drift");
             metrics::SHAPE_SIGNALS.with_label_values(&[signal.ranking.as_str()]).inc();
-            batch.signals.push(signal);
+            out.batch.signals.push(signal);
         }
         let firing = state.contract.observe((&call).into(), &call.span_id, call.started_at, &thresholds);
         if let (Some(firing), Some(declared)) = (firing, state.contract.declared()) {
@@ -275,15 +258,15 @@ impl<C: Consumer> Worker<C> {
             let paths: Vec<String> = signal.reasons.iter().map(ToString::to_string).collect();
             tracing::info!(key = %key, fingerprint = %signal.fingerprint, declared = %signal.baseline_hash, reasons = ?paths, "returns mismatch the declared output");
             metrics::MISMATCH_SIGNALS.inc();
-            batch.notifications.push(Notification::output_mismatch(&signal));
-            batch.signals.push(signal);
+            out.batch.notifications.push(Notification::output_mismatch(&signal));
+            out.batch.signals.push(signal);
         }
-        batch.calls.push((
+        out.batch.calls.push((
             derive_id(OutputKind::ToolCall, &key.to_string(), record.position),
             record.position,
             call,
         ));
-        dirty.tool(key, record);
+        out.dirty.tool(key, record);
     }
 
     /// A tool's declared output schema changed (published by its server's detector).
@@ -291,7 +274,7 @@ impl<C: Consumer> Worker<C> {
         &mut self,
         declaration: &OutputDeclaration,
         record: &Delivered,
-        dirty: &mut Dirty,
+        out: &mut Outputs,
     ) {
         let key = declaration.key();
         let state = self.tools.state_of(&key, || self.keys_held.tool_added(&key));
@@ -301,17 +284,10 @@ impl<C: Consumer> Worker<C> {
         } else {
             tracing::debug!(key = %key, sequence = declaration.sequence, "declared output already held");
         }
-        dirty.tool(key, record);
+        out.dirty.tool(key, record);
     }
 
-    pub(crate) fn command(
-        &mut self,
-        command: OperatorCommand,
-        record: &Delivered,
-        batch: &mut Batch,
-        dirty: &mut Dirty,
-        declarations: &mut Vec<Message>,
-    ) {
+    pub(crate) fn command(&mut self, command: OperatorCommand, record: &Delivered, out: &mut Outputs) {
         let result = match &command {
             OperatorCommand::AcceptBaseline { project, server, accepted_by, .. } => {
                 let key = ServerKey::new(project.clone(), server.clone());
@@ -322,7 +298,7 @@ impl<C: Consumer> Worker<C> {
                         let before = DeclaredBefore::of(state);
                         let outputs = state.accept(accepted_by, context);
                         let changed = before.changes(state);
-                        declarations.extend(declaration_messages(project, server, changed, record));
+                        out.declarations.extend(declaration_messages(project, server, changed, record));
                         (outputs, Some(state))
                     }
                     None => (Vec::new(), None),
@@ -334,7 +310,7 @@ impl<C: Consumer> Worker<C> {
                 if let Some(state) = state {
                     if acceptance.is_some() {
                         let (hash, count) = list_summary(state.baseline.as_ref());
-                        batch.servers.push(server_row(
+                        out.batch.servers.push(server_row(
                             project,
                             server,
                             state,
@@ -343,10 +319,10 @@ impl<C: Consumer> Worker<C> {
                             None,
                             record.appended_at,
                         ));
-                        dirty.server(key, record);
+                        out.dirty.server(key, record);
                     }
                 }
-                apply_outputs(outputs, batch);
+                apply_outputs(outputs, &mut out.batch);
                 let result = AcceptResult {
                     server_name: server.to_string(),
                     accepted: acceptance.is_some(),
@@ -364,11 +340,11 @@ impl<C: Consumer> Worker<C> {
             {
                 Ok(()) => {
                     self.thresholds.insert(project.clone(), *thresholds);
-                    batch.settings.push((project.to_string(), *thresholds));
+                    out.batch.settings.push((project.to_string(), *thresholds));
                     for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.project == *project) {
                         state.shape.fit_to(thresholds.history_window);
                         state.contract.shrink_to(thresholds.history_window);
-                        dirty.tools.entry(key.clone()).or_default();
+                        out.dirty.tools.entry(key.clone()).or_default();
                     }
                     json!({"thresholds": thresholds})
                 }
@@ -376,19 +352,19 @@ impl<C: Consumer> Worker<C> {
             },
             OperatorCommand::ForgetServer { project, server, by, .. } => {
                 let key = ServerKey::new(project.clone(), server.clone());
-                let held = self.forget_server(&key, batch);
+                let held = self.forget_server(&key, &mut out.batch);
                 tracing::info!(key = %key, held, %by, "server state forgotten");
                 json!({"server": server, "forgotten": held})
             }
             OperatorCommand::ForgetTool { project, server, tool, by, .. } => {
                 let key = ToolKey { project: project.clone(), server: server.clone(), tool: tool.clone() };
-                let held = self.forget_tool(&key, batch);
+                let held = self.forget_tool(&key, &mut out.batch);
                 tracing::info!(key = %key, held, %by, "tool state forgotten");
                 json!({"server": server, "tool": tool, "forgotten": held})
             }
         };
         tracing::info!(command = command.id(), key = %command.key(), "operator command applied");
-        batch.applied_commands.push((command.id().to_owned(), record.appended_at, result));
+        out.batch.applied_commands.push((command.id().to_owned(), record.appended_at, result));
     }
 
     /// Whether the tools `project` holds would stay within `limits.max_state_bytes_per_project` under

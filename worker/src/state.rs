@@ -3,12 +3,21 @@
 
 use std::collections::BTreeMap;
 
-use driftline_bus::{Consumer, Delivered};
+use driftline_bus::{Consumer, Delivered, Message};
 use driftline_schemas::{ServerKey, ToolKey};
 use driftline_store::{Batch, DetectorState, Forgotten, ToolShapeRow};
 
 use crate::views::tool_view;
 use crate::{Worker, WorkerError};
+
+/// What processing a batch's records builds: the batch to store, the keys whose state changed, and the
+/// declared outputs to publish before the batch is stored. Each handler takes it with the record.
+#[derive(Default)]
+pub(crate) struct Outputs {
+    pub(crate) batch: Batch,
+    pub(crate) dirty: Dirty,
+    pub(crate) declarations: Vec<Message>,
+}
 
 /// Keys whose state a batch changed, with the stream of the record that changed it (none when an
 /// operator command did, which leaves the key where it is).
