@@ -33,7 +33,7 @@ const ALL_TOPICS: [Topic; 4] = [Topic::ToolLists, Topic::Spans, Topic::Commands,
 /// that was late rather than lost may then arrive twice).
 const PUBLISH_DEADLINE: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KafkaSettings {
     /// `host:port[,host:port…]`
     pub brokers: String,
@@ -48,6 +48,26 @@ pub struct KafkaSettings {
     pub instance_id: Option<String>,
     /// librdkafka properties every client gets (security protocol, SASL, TLS).
     pub client_properties: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Client properties carry the SASL and key passwords: their values are not shown.
+        let properties: Vec<(&str, &str)> = self
+            .client_properties
+            .iter()
+            .map(|(key, value)| (key.as_str(), if key.contains("password") { "***" } else { value.as_str() }))
+            .collect();
+        f.debug_struct("KafkaSettings")
+            .field("brokers", &self.brokers)
+            .field("topic_prefix", &self.topic_prefix)
+            .field("partitions", &self.partitions)
+            .field("replication", &self.replication)
+            .field("session_timeout_ms", &self.session_timeout_ms)
+            .field("instance_id", &self.instance_id)
+            .field("client_properties", &properties)
+            .finish()
+    }
 }
 
 impl KafkaSettings {

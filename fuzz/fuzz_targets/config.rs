@@ -2,7 +2,7 @@
 #![no_main]
 
 // The binary's configuration module, included as it is (the binary has no library target).
-#[path = "../../src/config.rs"]
+#[path = "../../src/config/mod.rs"]
 #[allow(dead_code)]
 mod config;
 

@@ -19,8 +19,9 @@ use tokio::sync::watch;
 
 pub use format::{dashboard_url, json_body, signature, slack_body};
 
-/// One receiver.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// One receiver. Its URL is a credential too (a Slack webhook's path is its token): `Debug` shows only
+/// where it goes.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Webhook {
     pub url: String,
@@ -31,7 +32,7 @@ pub struct Webhook {
     pub min_classification: MinClassification,
     /// Signs each body: `X-Driftline-Signature: sha256=<hex HMAC-SHA256 of the body>`.
     #[serde(default)]
-    pub secret: Option<String>,
+    pub secret: Option<driftline_schemas::Secret>,
     /// Only these projects; every project when empty.
     #[serde(default)]
     pub projects: Vec<driftline_schemas::ProjectName>,
@@ -71,6 +72,22 @@ impl MinClassification {
     }
 }
 
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Scheme and host only: the rest of the URL may be the credential.
+        let host = reqwest::Url::parse(&self.url)
+            .ok()
+            .map(|url| format!("{}://{}/…", url.scheme(), url.host_str().unwrap_or_default()));
+        f.debug_struct("Webhook")
+            .field("url", &host.unwrap_or_else(|| "…".to_owned()))
+            .field("format", &self.format)
+            .field("min_classification", &self.min_classification)
+            .field("secret", &self.secret)
+            .field("projects", &self.projects)
+            .finish()
+    }
+}
+
 impl Webhook {
     /// Checks the entry; the error names the key.
     pub fn check(&self) -> Result<(), String> {
@@ -80,7 +97,7 @@ impl Webhook {
         if reqwest::Url::parse(&self.url).is_err() {
             return Err("url is not a valid address".into());
         }
-        if self.secret.as_deref() == Some("") {
+        if self.secret.as_ref().is_some_and(|secret| secret.expose().is_empty()) {
             return Err("secret is empty (leave it out to send unsigned)".into());
         }
         Ok(())
@@ -272,7 +289,7 @@ async fn deliver(
         .header("X-Driftline-Event", notification.kind.as_str())
         .header("X-Driftline-Delivery", notification.id.as_str());
     if let Some(secret) = &webhook.secret {
-        request = request.header("X-Driftline-Signature", signature(secret, &body));
+        request = request.header("X-Driftline-Signature", signature(secret.expose(), &body));
     }
     let response = request.body(body).send().await.map_err(|err| err.to_string())?;
     let status = response.status();
@@ -347,6 +364,15 @@ mod tests {
         assert!(hook.wants(&down));
         let elsewhere = Notification { project: "b".into(), ..down };
         assert!(!hook.wants(&elsewhere));
+    }
+
+    #[test]
+    fn debug_shows_neither_the_urls_path_nor_the_secret() {
+        let hook =
+            webhook("url = 'https://hooks.slack.com/services/T/B/token'\nsecret = 'hunter2'").expect("valid");
+        let shown = format!("{hook:?}");
+        assert!(shown.contains("https://hooks.slack.com/…") && shown.contains("Secret(***)"), "{shown}");
+        assert!(!shown.contains("token") && !shown.contains("hunter2"), "{shown}");
     }
 
     #[test]

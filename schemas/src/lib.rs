@@ -11,6 +11,7 @@ mod ids;
 pub mod log_budget;
 mod names;
 mod notification;
+mod secret;
 mod shape_signal;
 mod span;
 mod thresholds;
@@ -27,6 +28,7 @@ pub use names::{
     KeyError, KeyLimits, ListWorkLimits, NameError, ProjectName, ServerKey, ServerName, ToolKey, ToolName,
 };
 pub use notification::{ChangeCounts, Notification, NotificationKind, TOP_CHANGES, TOP_SECURITY_FLAGS};
+pub use secret::Secret;
 pub use shape_signal::{ReasonChange, ShapeDriftSignal, ShapeRanking, ShapeReason, SignalKind};
 pub use span::{CallStatus, ShapeOutcome, ToolCallRecord, ToolCallSpan, MAX_ID_BYTES};
 pub use thresholds::{BaselinePolicy, DetectorThresholds, SecurityHold, ThresholdError};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use driftline_detectors::tool_drift::BaselinePolicy;
 use driftline_http::ApiKey;
-use driftline_schemas::{DetectorThresholds, SecurityHold};
+use driftline_schemas::{DetectorThresholds, Secret, SecurityHold};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -34,7 +34,8 @@ pub struct ClickHouseConfig {
     /// Created by `driftline migrate` when missing.
     pub database: String,
     pub user: Option<String>,
-    pub password: Option<String>,
+    /// Better from the environment: DRIFTLINE__CLICKHOUSE__PASSWORD.
+    pub password: Option<Secret>,
 }
 
 impl Default for ClickHouseConfig {
@@ -54,7 +55,7 @@ impl ClickHouseConfig {
             url: self.url.clone(),
             database: self.database.clone(),
             user: present(&self.user).map(str::to_owned),
-            password: present(&self.password).map(str::to_owned),
+            password: Secret::present(&self.password).cloned(),
         }
     }
 }
@@ -79,7 +80,7 @@ pub struct KafkaConfig {
     pub sasl_mechanism: Option<String>,
     pub sasl_username: Option<String>,
     /// Better from the environment: DRIFTLINE__KAFKA__SASL_PASSWORD.
-    pub sasl_password: Option<String>,
+    pub sasl_password: Option<Secret>,
     /// CA bundle for `ssl` / `sasl_ssl`; the system's roots when unset.
     pub ssl_ca_location: Option<PathBuf>,
 }
@@ -146,7 +147,7 @@ impl KafkaConfig {
         };
         add("sasl.mechanisms", present(&self.sasl_mechanism));
         add("sasl.username", present(&self.sasl_username));
-        add("sasl.password", present(&self.sasl_password));
+        add("sasl.password", Secret::present(&self.sasl_password).map(Secret::expose));
         add("ssl.ca.location", self.ssl_ca_location.as_deref().and_then(Path::to_str));
         properties
     }
@@ -544,7 +545,6 @@ fn describe(err: config::ConfigError) -> String {
 }
 
 impl Config {
-    /// Reads `file` (required when given explicitly, else `./driftline.toml` if present) and the environment.
     /// Reads a configuration from TOML text alone: no environment, and `keys_file` / `webhooks_file` are
     /// not read. Validated like [`Config::load`] (the fuzz target reads configurations this way).
     #[allow(dead_code)] // the binary reads files with `load`; fuzz/fuzz_targets/config.rs calls this
@@ -832,3 +832,6 @@ impl Config {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

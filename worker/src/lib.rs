@@ -31,7 +31,7 @@ use dead_letters::dead_letter;
 use held::Held;
 use in_flight::InFlight;
 use rollups::rollup_mark;
-use state::Dirty;
+use state::Outputs;
 pub use views::{shape_view, tool_view};
 
 use std::collections::{BTreeMap, HashMap};
@@ -44,7 +44,7 @@ use driftline_detectors::shape_drift::ToolShapeState;
 use driftline_detectors::tool_drift::ServerState;
 use driftline_schemas::{DetectorThresholds, ProjectName, ServerKey, Timestamp, ToolKey};
 use driftline_store::rollup::RollupCache;
-use driftline_store::{Batch, DetectorStore, StoreError};
+use driftline_store::{DetectorStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -86,7 +86,7 @@ pub struct WorkerSettings {
 }
 
 /// The largest `max_batch_records` a configuration may set (the batch-size histogram's buckets reach it;
-/// `src/config.rs` checks the same figure, written out there because the fuzz crate compiles it alone).
+/// `src/config/mod.rs` checks the same figure, written out there because the fuzz crate compiles it alone).
 pub const MAX_BATCH_RECORDS_BOUND: usize = 100_000;
 
 impl Default for WorkerSettings {
@@ -325,14 +325,12 @@ impl<C: Consumer> Worker<C> {
         // The gauge last read the bus while idle: a long first batch would leave it at 0 with these records
         // waiting. Only a gauge: a bus that cannot answer now does not fail the batch.
         let _ = self.report_lag().await;
-        let mut batch = Batch::default();
-        let mut dirty = Dirty::default();
+        let mut out = Outputs::default();
         let mut dead = Vec::new();
-        let mut declarations = Vec::new();
         // Memory runs ahead of the store until this batch is stored.
         self.stale = true;
         if let Some(now) = records.iter().map(|r| r.appended_at).max() {
-            self.forget_unseen_tools(now, &mut batch, &mut dirty);
+            self.forget_unseen_tools(now, &mut out);
         }
         // Taken one by one in the schedule's order, which names each record once.
         let mut inputs: Vec<Option<decode::Input>> =
@@ -350,13 +348,11 @@ impl<C: Consumer> Worker<C> {
                 inputs[index]
                     .take()
                     .unwrap_or_else(|| decode::Input::Unusable("record read twice".to_owned().into())),
-                &mut batch,
-                &mut dirty,
-                &mut declarations,
+                &mut out,
             ) {
                 dead.push(dead_letter(record, refusal.reason));
             }
-            batch.positions.insert(record.position.partition, record.position.offset);
+            out.batch.positions.insert(record.position.partition, record.position.offset);
         }
         let processed = records.len() - left.count();
         if left.count() > 0 {
@@ -364,6 +360,7 @@ impl<C: Consumer> Worker<C> {
             tracing::debug!(processed, carried = left.count(), streams = ?left.streams(), "batch closed at its time budget: tool-list streams carried over");
         }
         self.carried = left.take(records);
+        let Outputs { mut batch, dirty, declarations } = out;
         let positions = batch.positions.clone();
         self.fold_rollups(&mut batch).await?;
         // Every batch says up to where its streams' calls are in rollups, in the write of its positions.

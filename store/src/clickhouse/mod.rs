@@ -41,7 +41,7 @@ pub struct ClickHouseSettings {
     pub url: String,
     pub database: String,
     pub user: Option<String>,
-    pub password: Option<String>,
+    pub password: Option<driftline_schemas::Secret>,
 }
 
 #[derive(Clone)]
@@ -90,7 +90,7 @@ fn client(settings: &ClickHouseSettings) -> Result<Client, StoreError> {
         client = client.with_user(user);
     }
     if let Some(password) = &settings.password {
-        client = client.with_password(password);
+        client = client.with_password(password.expose());
     }
     Ok(client)
 }
