@@ -182,6 +182,49 @@ fn utf16_cmp(a: &str, b: &str) -> Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
+/// Sorts order-free values by their canonical JSON and drops repeats.
+pub(super) fn sort_unique(items: &mut Vec<Value>) {
+    // Names and type names (nearly every such list) compare as their canonical JSON does without
+    // writing it, as long as no character needs an escape.
+    let plain = |v: &Value| v.as_str().is_some_and(|s| !s.bytes().any(needs_escape));
+    if items.iter().all(plain) {
+        let order =
+            |a: &Value, b: &Value| quoted_cmp(a.as_str().unwrap_or_default(), b.as_str().unwrap_or_default());
+        if items.windows(2).all(|pair| order(&pair[0], &pair[1]).is_lt()) {
+            return;
+        }
+        items.sort_by(order);
+        items.dedup_by(|a, b| a == b);
+        return;
+    }
+    let mut keyed: Vec<(String, Value)> = items.drain(..).map(|v| (canonical_json(&v), v)).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.dedup_by(|a, b| a.0 == b.0);
+    items.extend(keyed.into_iter().map(|(_, v)| v));
+}
+
+pub(super) fn sorted_unique(items: &[Value]) -> Vec<Value> {
+    let mut items = items.to_vec();
+    sort_unique(&mut items);
+    items
+}
+
+/// A byte canonical JSON writes escaped.
+pub(super) fn needs_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// The order of two strings' canonical JSON (`"a"` against `"ab"`) when neither needs an escape: the
+/// closing quote takes part where one string is a prefix of the other.
+pub(super) fn quoted_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let common = a.len().min(b.len());
+    a[..common].cmp(&b[..common]).then_with(|| {
+        let next = |s: &[u8]| s.get(common).copied().unwrap_or(b'"');
+        next(a).cmp(&next(b))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::strategy::Strategy;

@@ -15,11 +15,11 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::canonical::{write_float, write_object, write_string};
+use super::canonical::{needs_escape, quoted_cmp, write_float, write_object, write_string};
+use super::equivalences::SAFE_INTEGER;
 use super::node::{self, Node, Object};
 use super::normal::{
-    is_layout_free, layout_free, needs_escape, normalize_tool, quoted_cmp, tool_of, ANNOTATION_DEFAULTS,
-    SAFE_INTEGER, WRITE_ONLY_HINTS,
+    is_layout_free, layout_free, normalize_tool, tool_of, ANNOTATION_DEFAULTS, WRITE_ONLY_HINTS,
 };
 
 /// SHA-256 of a tool's normal definition (everything but its name) in canonical JSON.

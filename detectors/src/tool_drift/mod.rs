@@ -5,6 +5,7 @@ mod classify;
 mod declared;
 mod diff;
 mod digest;
+mod equivalences;
 mod explain;
 mod hashes;
 mod index;
@@ -34,12 +35,12 @@ pub use diff::{
     ListedChanges, LISTED_BYTES_PER_KIND, LISTED_CHANGES_PER_KIND,
 };
 pub use digest::{definition_digest, definition_text, entry_digest, DefinitionDigest, Written};
+pub use equivalences::EQUIVALENCES;
 pub use explain::consequence;
 pub use hashes::{definition_hash, schema_hash, tools_hash};
 pub use index::{IndexedList, IndexedTool, ToolIndex};
 pub use normal::{
     normalize_root_schema, normalize_schema, normalize_tool, normalize_tools, ref_expansion, NormalTool,
-    EQUIVALENCES,
 };
 pub use security::ToolNames;
 pub use surfaces::{carried, diff_surfaces, server_hash, surfaces_empty};
