@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use driftline_bus::{Consumer, KafkaBus, KafkaSettings, Message, Producer, SqliteBus, Topic};
 use driftline_schemas::{InputPosition, Timestamp};
-use driftline_store::{Batch, ClickHouseSettings, ClickHouseStore, DetectorStore, SqliteStore};
+use driftline_store::{Batch, CallIdentity, ClickHouseSettings, ClickHouseStore, DetectorStore, SqliteStore};
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::json;
 
@@ -42,8 +42,12 @@ async fn fill(store: &Arc<dyn DetectorStore>, first: u64, count: u64) -> f64 {
             .map(|i| {
                 let identity =
                     format!("{:032x}", (u128::from(i) << 64) ^ 0x9e37_79b9_7f4a_7c15_0000_0000_0000_0001);
-                let at = Timestamp::from_millis(now - (i % 86_000) as i64 * 1000).expect("a time");
-                (identity, InputPosition { partition: 0, offset: (1 << 40) | i }, at)
+                let received_at = Timestamp::from_millis(now - (i % 86_000) as i64 * 1000).expect("a time");
+                CallIdentity {
+                    identity,
+                    position: InputPosition { partition: 0, offset: (1 << 40) | i },
+                    received_at,
+                }
             })
             .collect();
         store.apply(Batch { call_identities: identities, ..Default::default() }).await.expect("filled");

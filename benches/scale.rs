@@ -27,7 +27,8 @@ use driftline_schemas::{
 };
 use driftline_store::rollup::{self, RollupCache, HOUR_MS, MINUTE_MS};
 use driftline_store::{
-    Batch, BucketQuery, ClickHouseSettings, ClickHouseStore, ImpactQuery, SqliteStore, Store,
+    Batch, BucketQuery, CallIdentity, ClickHouseSettings, ClickHouseStore, ImpactQuery, SqliteStore, Store,
+    StoredCall,
 };
 use serde_json::{json, Value};
 
@@ -179,17 +180,24 @@ async fn load(
             let position = InputPosition { partition: 0, offset: *next_offset };
             *next_offset += 1;
             let key = call.key().to_string();
-            batch.call_identities.push((call.identity(), position, call.ingested_at));
-            batch.calls.push((derive_id(OutputKind::ToolCall, &key, position), position, call));
+            let (identity, received_at) = (call.identity(), call.ingested_at);
+            batch.call_identities.push(CallIdentity { identity, position, received_at });
+            batch.calls.push(StoredCall {
+                id: derive_id(OutputKind::ToolCall, &key, position),
+                position,
+                call,
+            });
         }
         batch.positions.insert(0, *next_offset - 1);
         if let Some(cache) = cache.as_deref_mut() {
-            let missing = cache.missing(batch.calls.iter().map(|(_, _, c)| c));
+            let missing = cache.missing(batch.calls.iter().map(|stored| &stored.call));
             if !missing.is_empty() {
                 let found = store.rollups(&missing).await.expect("rollup rows");
                 cache.hold(missing, found);
             }
-            batch.rollups = cache.fold(batch.calls.iter().map(|(_, p, c)| (c, *p))).expect("rows loaded");
+            batch.rollups = cache
+                .fold(batch.calls.iter().map(|stored| (&stored.call, stored.position)))
+                .expect("rows loaded");
             cache.trim(&batch.rollups);
         }
         store.apply(batch).await.expect("a stored batch");
@@ -232,12 +240,10 @@ async fn expire_everything(
         let position = InputPosition { partition: 0, offset };
         offset += 1;
         let mut batch = Batch { positions: [(0, position.offset)].into(), ..Default::default() };
-        batch.call_identities.push((call.identity(), position, call.ingested_at));
-        batch.calls.push((
-            derive_id(OutputKind::ToolCall, &call.key().to_string(), position),
-            position,
-            call,
-        ));
+        let (identity, received_at) = (call.identity(), call.ingested_at);
+        batch.call_identities.push(CallIdentity { identity, position, received_at });
+        let id = derive_id(OutputKind::ToolCall, &call.key().to_string(), position);
+        batch.calls.push(StoredCall { id, position, call });
         let waited = Instant::now();
         store.apply(batch).await.expect("a stored batch");
         waits_ms.push(waited.elapsed().as_secs_f64() * 1e3);

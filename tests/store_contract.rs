@@ -12,8 +12,8 @@ use std::time::Duration;
 use driftline_bus::{Message, Positions, Producer, SqliteBus, Topic};
 use driftline_schemas::{InputPosition, SchemaDriftEvent, Timestamp};
 use driftline_store::{
-    Batch, BucketQuery, ClickHouseSettings, ClickHouseStore, DetectorState, ImpactQuery, QueryStore,
-    SqliteStore, Store, Streams,
+    Batch, BucketQuery, CallIdentity, ClickHouseSettings, ClickHouseStore, DetectorState, ImpactQuery,
+    QueryStore, SqliteStore, Store, Streams,
 };
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::{json, Value};
@@ -305,7 +305,11 @@ async fn direct(store: &dyn Store) -> Value {
     let batch = || Batch {
         positions: Positions::from([(65_536 + 3, far), (131_072, u64::from(u32::MAX) + 1)]),
         states: vec![state("gamma/s/a", 65_536 + 3, "{\"v\":1}"), state("gamma/s/b", 131_072, "{\"v\":2}")],
-        call_identities: vec![(IDENTITY_1.into(), InputPosition { partition: 65_539, offset: far }, at(0))],
+        call_identities: vec![CallIdentity {
+            identity: IDENTITY_1.into(),
+            position: InputPosition { partition: 65_539, offset: far },
+            received_at: at(0),
+        }],
         ..Default::default()
     };
     store.apply(batch()).await.expect("apply");

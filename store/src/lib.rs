@@ -99,6 +99,38 @@ pub struct StoredToolList {
     pub surfaces: Option<std::sync::Arc<driftline_schemas::ServerSurfaces>>,
 }
 
+/// A call as stored: its output id and the input record it came from.
+#[derive(Debug, Clone)]
+pub struct StoredCall {
+    pub id: String,
+    pub position: InputPosition,
+    pub call: ToolCallRecord,
+}
+
+/// A call's identity (what tells a client's retry from a new call), the input record it came from and
+/// when the bus received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallIdentity {
+    pub identity: String,
+    pub position: InputPosition,
+    pub received_at: Timestamp,
+}
+
+/// A project's detector settings, as an admin set them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectSettings {
+    pub project: String,
+    pub thresholds: DetectorThresholds,
+}
+
+/// An operator command a worker applied, with when and what it answered (the API waits for it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedCommand {
+    pub id: String,
+    pub at: Timestamp,
+    pub result: Value,
+}
+
 /// Everything one run of the worker produced. Written in one transaction.
 #[derive(Debug, Default)]
 pub struct Batch {
@@ -111,17 +143,16 @@ pub struct Batch {
     pub acceptances: Vec<BaselineAcceptance>,
     pub servers: Vec<ServerRow>,
     pub tool_lists: Vec<StoredToolList>,
-    /// (id, the input record it came from, record).
-    pub calls: Vec<(String, InputPosition, ToolCallRecord)>,
+    pub calls: Vec<StoredCall>,
     /// Rollup rows the calls changed, whole (they replace what the store holds).
     pub rollups: Vec<rollup::Rollup>,
-    /// The identity of every call stored, with the input record it came from and when it was ingested.
-    pub call_identities: Vec<(String, InputPosition, Timestamp)>,
+    /// The identity of every call stored.
+    pub call_identities: Vec<CallIdentity>,
     pub signals: Vec<ShapeDriftSignal>,
     pub tool_shapes: Vec<ToolShapeRow>,
-    pub settings: Vec<(String, DetectorThresholds)>,
-    /// (command id, result).
-    pub applied_commands: Vec<(String, Timestamp, Value)>,
+    /// Projects' settings an admin changed.
+    pub settings: Vec<ProjectSettings>,
+    pub applied_commands: Vec<AppliedCommand>,
     /// New drift events and DOWN/UP transitions, for the notifier.
     pub notifications: Vec<Notification>,
     /// Keys whose detector state is dropped (expired, or freed by an admin), with the rows that show it

@@ -12,7 +12,10 @@ use driftline_schemas::{
     derive_id, DetectorThresholds, Notification, NotificationKind, OperatorCommand, OutputDeclaration,
     OutputKind, ProbeFailure, ProjectName, ServerKey, ToolCallRecord, ToolKey, ToolListRecord, ToolsText,
 };
-use driftline_store::{Batch, EventUpdate, RepeatLookup, StoredToolList};
+use driftline_store::{
+    AppliedCommand, Batch, CallIdentity, EventUpdate, ProjectSettings, RepeatLookup, StoredCall,
+    StoredToolList,
+};
 use serde_json::json;
 
 use crate::declarations::{declaration_messages, DeclaredBefore};
@@ -108,7 +111,11 @@ impl<C: Consumer> Worker<C> {
                             let at = record.appended_at.as_millis();
                             self.recent.remember(repeats::identity_key(&identity), record.position, at);
                         }
-                        out.batch.call_identities.push((identity, record.position, record.appended_at));
+                        out.batch.call_identities.push(CallIdentity {
+                            identity,
+                            position: record.position,
+                            received_at: record.appended_at,
+                        });
                         self.call(*call, key, record, out);
                     })
                 }
@@ -261,11 +268,11 @@ impl<C: Consumer> Worker<C> {
             out.batch.notifications.push(Notification::output_mismatch(&signal));
             out.batch.signals.push(signal);
         }
-        out.batch.calls.push((
-            derive_id(OutputKind::ToolCall, &key.to_string(), record.position),
-            record.position,
+        out.batch.calls.push(StoredCall {
+            id: derive_id(OutputKind::ToolCall, &key.to_string(), record.position),
+            position: record.position,
             call,
-        ));
+        });
         out.dirty.tool(key, record);
     }
 
@@ -340,7 +347,9 @@ impl<C: Consumer> Worker<C> {
             {
                 Ok(()) => {
                     self.thresholds.insert(project.clone(), *thresholds);
-                    out.batch.settings.push((project.to_string(), *thresholds));
+                    out.batch
+                        .settings
+                        .push(ProjectSettings { project: project.to_string(), thresholds: *thresholds });
                     for (key, state) in self.tools.iter_mut().filter(|(k, _)| k.project == *project) {
                         state.shape.fit_to(thresholds.history_window);
                         state.contract.shrink_to(thresholds.history_window);
@@ -364,7 +373,11 @@ impl<C: Consumer> Worker<C> {
             }
         };
         tracing::info!(command = command.id(), key = %command.key(), "operator command applied");
-        out.batch.applied_commands.push((command.id().to_owned(), record.appended_at, result));
+        out.batch.applied_commands.push(AppliedCommand {
+            id: command.id().to_owned(),
+            at: record.appended_at,
+            result,
+        });
     }
 
     /// Whether the tools `project` holds would stay within `limits.max_state_bytes_per_project` under

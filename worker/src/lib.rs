@@ -391,8 +391,7 @@ impl<C: Consumer> Worker<C> {
         self.finish_in_flight().await?;
         // Only a cache: if the batch is not stored, the reload that follows forgets every row.
         self.rollups.trim(&batch.rollups);
-        let identities =
-            batch.call_identities.iter().map(|(identity, at, _)| (identity.clone(), *at)).collect();
+        let identities = batch.call_identities.iter().map(|c| (c.identity.clone(), c.position)).collect();
         let rollup_rows = batch.rollups.len();
         let store = self.store.clone();
         self.in_flight = Some(InFlight {

@@ -60,7 +60,7 @@ impl<C: Consumer> Worker<C> {
     /// Folds the batch's calls into their rollup rows (read from the store first where memory has none),
     /// adding the changed rows, whole, to the batch.
     pub(crate) async fn fold_rollups(&mut self, batch: &mut Batch) -> Result<(), WorkerError> {
-        let missing = self.rollups.missing(batch.calls.iter().map(|(_, _, call)| call));
+        let missing = self.rollups.missing(batch.calls.iter().map(|stored| &stored.call));
         if !missing.is_empty() {
             let found = self.store.rollups(&missing).await?;
             metrics::ROLLUP_ROWS.with_label_values(&["loaded"]).inc_by(found.len() as u64);
@@ -69,7 +69,7 @@ impl<C: Consumer> Worker<C> {
         }
         let changed = self
             .rollups
-            .fold(batch.calls.iter().map(|(_, position, call)| (call, *position)))
+            .fold(batch.calls.iter().map(|stored| (&stored.call, stored.position)))
             .map_err(|err| WorkerError::Store(StoreError::Corrupt(err.to_string())))?;
         tracing::debug!(rows = changed.len(), calls = batch.calls.len(), "rollup rows folded");
         batch.rollups = changed;

@@ -15,7 +15,10 @@ use super::{last_per_key, try_all, ClickHouseStore, CONSUMER, POSITION};
 use crate::retention;
 use crate::rollup::{self, Rollup, RollupKey};
 use crate::views::{ms, name, text};
-use crate::{Batch, DetectorState, DetectorStore, Resume, StoreError, StoredToolList, Streams};
+use crate::{
+    AppliedCommand, Batch, CallIdentity, DetectorState, DetectorStore, ProjectSettings, Resume, StoreError,
+    StoredCall, StoredToolList, Streams,
+};
 
 /// Room for a run of snapshot keys listed as literals (server names are bounded by ingest's limits).
 pub(super) const SNAPSHOT_LIST_QUERY_BYTES: &str = "16777216";
@@ -148,7 +151,7 @@ impl DetectorStore for ClickHouseStore {
         let settings = batch
             .settings
             .iter()
-            .map(|(project, thresholds)| {
+            .map(|ProjectSettings { project, thresholds }| {
                 Ok(SettingRow { project: project.clone(), thresholds: text(thresholds)? })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -157,7 +160,7 @@ impl DetectorStore for ClickHouseStore {
         let commands = batch
             .applied_commands
             .iter()
-            .map(|(id, at, result)| {
+            .map(|AppliedCommand { id, at, result }| {
                 Ok(CommandRow { id: id.clone(), applied_at: ms(*at), result: text(result)? })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -165,7 +168,7 @@ impl DetectorStore for ClickHouseStore {
         let calls = batch
             .calls
             .iter()
-            .map(|(id, _, call)| {
+            .map(|StoredCall { id, call, .. }| {
                 Ok(CallRow {
                     project: call.project.to_string(),
                     server: call.server.to_string(),
@@ -188,7 +191,7 @@ impl DetectorStore for ClickHouseStore {
         let identities: Vec<CallIdentityRow> = batch
             .call_identities
             .iter()
-            .map(|(identity, position, at)| CallIdentityRow {
+            .map(|CallIdentity { identity, position, received_at: at }| CallIdentityRow {
                 identity: identity.clone(),
                 partition: position.partition,
                 offset: position.offset,

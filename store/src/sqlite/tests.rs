@@ -6,7 +6,7 @@ use driftline_bus::Positions;
 use driftline_schemas::{InputPosition, Timestamp};
 
 use super::*;
-use crate::{retention, Batch, DetectorStore, QueryStore, Streams};
+use crate::{retention, Batch, CallIdentity, DetectorStore, QueryStore, StoredCall, Streams};
 
 /// A successful call of tool `p/s/t` without a value, started and received at `at`.
 fn call_at(span: &str, at: Timestamp) -> driftline_schemas::ToolCallRecord {
@@ -104,12 +104,10 @@ async fn calls_and_identities_stored_before_append_keys_are_kept() {
     let call = |span: &str| call_at(span, now);
     let batch = || Batch {
         calls: (9..11)
-            .map(|offset| {
-                (
-                    format!("call-{offset}"),
-                    InputPosition { partition: 0, offset },
-                    call(&format!("span-{offset}")),
-                )
+            .map(|offset| StoredCall {
+                id: format!("call-{offset}"),
+                position: InputPosition { partition: 0, offset },
+                call: call(&format!("span-{offset}")),
             })
             .collect(),
         positions: Positions::from([(0, 10)]),
@@ -153,14 +151,16 @@ async fn rows_past_their_retention_are_expired() {
     for offset in 0..old + 3 {
         let received = if offset < old { at(0) } else { at(10) };
         let position = InputPosition { partition: 0, offset };
-        batch.calls.push((format!("call-{offset}"), position, call_at(&format!("span-{offset}"), received)));
-        batch.call_identities.push((format!("identity-{offset}"), position, received));
+        let call = call_at(&format!("span-{offset}"), received);
+        batch.calls.push(StoredCall { id: format!("call-{offset}"), position, call });
+        let identity = format!("identity-{offset}");
+        batch.call_identities.push(CallIdentity { identity, position, received_at: received });
     }
-    batch.calls.push((
-        "call-other".to_owned(),
-        InputPosition { partition: 1, offset: 0 },
-        call_at("x", at(0)),
-    ));
+    batch.calls.push(StoredCall {
+        id: "call-other".to_owned(),
+        position: InputPosition { partition: 1, offset: 0 },
+        call: call_at("x", at(0)),
+    });
     store.apply(batch).await.expect("apply");
     let raw = Connection::open(&path).expect("raw");
     raw.execute_batch(&format!(

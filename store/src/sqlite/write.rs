@@ -7,7 +7,9 @@ use serde_json::Value;
 use super::rollups::write_rollups;
 use super::{identity_key, WORKER};
 use crate::views::{ms, name, text};
-use crate::{Batch, Forgotten, StoreError, StoredToolList};
+use crate::{
+    AppliedCommand, Batch, CallIdentity, Forgotten, ProjectSettings, StoreError, StoredCall, StoredToolList,
+};
 
 /// Removes forgotten keys' state and the rows that show them — after the batch's other rows, so a row the
 /// batch itself wrote for a key it then forgot goes too.
@@ -171,7 +173,7 @@ pub(super) fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Resul
                 text(notification)?
             ])?;
     }
-    for (identity, position, ingested_at) in &batch.call_identities {
+    for CallIdentity { identity, position, received_at: ingested_at } in &batch.call_identities {
         transaction.prepare_cached(
             "INSERT OR IGNORE INTO call_identities (identity, partition, offset, ingested_at) VALUES (?1, ?2, ?3, ?4)",
         )?.execute(
@@ -179,7 +181,7 @@ pub(super) fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Resul
         )?;
     }
     write_rollups(transaction, &batch.rollups)?;
-    for (id, position, call) in &batch.calls {
+    for StoredCall { id, position, call } in &batch.calls {
         transaction.prepare_cached(
             "INSERT OR IGNORE INTO tool_calls (partition, offset, id, project, server, tool, span_id, session_id,
                  agent_name, started_at, ingested_at, duration_ms, status, error, shape_outcome, shape_hash,
@@ -231,7 +233,7 @@ pub(super) fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Resul
             )?
             .execute(params![row.project, row.shape.server, row.shape.tool, text(&row.shape)?])?;
     }
-    for (project, thresholds) in &batch.settings {
+    for ProjectSettings { project, thresholds } in &batch.settings {
         transaction
             .prepare_cached(
                 "INSERT INTO settings (project, thresholds) VALUES (?1, ?2)
@@ -239,7 +241,7 @@ pub(super) fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Resul
             )?
             .execute(params![project, text(thresholds)?])?;
     }
-    for (id, at, result) in &batch.applied_commands {
+    for AppliedCommand { id, at, result } in &batch.applied_commands {
         transaction
             .prepare_cached(
                 "INSERT OR IGNORE INTO applied_commands (id, applied_at, result) VALUES (?1, ?2, ?3)",
