@@ -544,6 +544,243 @@ fn describe(err: config::ConfigError) -> String {
     }
 }
 
+impl ServerConfig {
+    /// Checks the section; the error names the key.
+    pub fn validate(&self, limits: &LimitsConfig) -> anyhow::Result<()> {
+        for (index, host) in self.allowed_hosts.iter().enumerate() {
+            let valid = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'));
+            if !valid {
+                bail!("server.allowed_hosts[{index}] = {host:?}: a host name or address without port");
+            }
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            bail!("server.max_connections = {} must be in [1, 1000000]", self.max_connections);
+        }
+        // Above `max_connections` it simply does not bind.
+        if self.max_connections_per_peer == 0 {
+            bail!("server.max_connections_per_peer must be at least 1");
+        }
+        if !(1..=1_024).contains(&self.reserved_connections) {
+            bail!("server.reserved_connections = {} must be in [1, 1024]", self.reserved_connections);
+        }
+        if self.min_body_bytes_per_second > 1024 * 1024 {
+            bail!(
+                "server.min_body_bytes_per_second = {} must be at most 1048576",
+                self.min_body_bytes_per_second
+            );
+        }
+        if self.max_body_bytes_in_flight < limits.max_body_bytes {
+            bail!(
+                "server.max_body_bytes_in_flight = {} must be at least limits.max_body_bytes = {}",
+                self.max_body_bytes_in_flight,
+                limits.max_body_bytes
+            );
+        }
+        for (key, value) in [
+            ("server.header_read_timeout_seconds", self.header_read_timeout_seconds),
+            ("server.idle_timeout_seconds", self.idle_timeout_seconds),
+            ("server.body_timeout_seconds", self.body_timeout_seconds),
+        ] {
+            if !(1..=3_600).contains(&value) {
+                bail!("{key} = {value} must be in [1, 3600]");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AuthConfig {
+    /// Checks the section; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for (index, key) in self.keys.iter().enumerate() {
+            if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");
+            }
+            if key.scopes.is_empty() {
+                bail!("auth.keys[{index}] needs at least one scope");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DetectorConfig {
+    /// Checks the section; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
+        if !(1..=720).contains(&self.repeat_window_hours) {
+            bail!(
+                "detector.repeat_window_hours = {} is out of bounds: it must be in [1, 720]",
+                self.repeat_window_hours
+            );
+        }
+        if !(1 << 20..=1 << 40).contains(&self.repeat_memory_bytes) {
+            bail!(
+                "detector.repeat_memory_bytes = {} is out of bounds: it must be in [1048576, 1099511627776]",
+                self.repeat_memory_bytes
+            );
+        }
+        if !(10..=600_000).contains(&self.max_batch_millis) {
+            bail!(
+                "detector.max_batch_millis = {} is out of bounds: it must be in [10, 600000]",
+                self.max_batch_millis
+            );
+        }
+        if !(60..=31_536_000).contains(&self.forget_unseen_tools_after_seconds) {
+            bail!(
+                "detector.forget_unseen_tools_after_seconds = {} is out of bounds: it must be in [60, 31536000]",
+                self.forget_unseen_tools_after_seconds
+            );
+        }
+        if !(1..=100_000).contains(&self.max_batch_records) {
+            bail!(
+                "detector.max_batch_records = {} is out of bounds: it must be in [1, 100000]",
+                self.max_batch_records
+            );
+        }
+        if self.test_batch_pause_ms > 10_000 {
+            bail!("detector.test_batch_pause_ms must be in [0, 10000]");
+        }
+        Ok(())
+    }
+}
+
+impl KafkaConfig {
+    /// Checks the section; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.partitions == 0 || self.partitions > 65_536 || self.replication == 0 {
+            bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");
+        }
+        if let Some(mechanism) = present(&self.sasl_mechanism) {
+            if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&mechanism) {
+                bail!("kafka.sasl_mechanism = {mechanism:?}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512");
+            }
+        }
+        let sasl = matches!(self.security_protocol, KafkaSecurity::SaslPlaintext | KafkaSecurity::SaslSsl);
+        if sasl && (present(&self.sasl_mechanism).is_none() || present(&self.sasl_username).is_none()) {
+            bail!("kafka.security_protocol = sasl_*: set kafka.sasl_mechanism and kafka.sasl_username (and the password)");
+        }
+        if !(6_000..=300_000).contains(&self.session_timeout_ms) {
+            bail!("kafka.session_timeout_ms must be in [6000, 300000] (the broker's default group limits)");
+        }
+        Ok(())
+    }
+}
+
+impl ClickHouseConfig {
+    /// Checks the section; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            bail!("clickhouse.url = {:?} must be an http:// or https:// address", self.url);
+        }
+        if self.database.is_empty() || !self.database.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            bail!("clickhouse.database = {:?}: use letters, digits and _", self.database);
+        }
+        Ok(())
+    }
+}
+
+impl ProbeConfig {
+    /// Checks the section; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.interval_seconds == 0 || self.timeout_seconds == 0 {
+            bail!("probe.interval_seconds and probe.timeout_seconds must be at least 1");
+        }
+        for (index, target) in self.servers.iter().enumerate() {
+            if let Err(reason) = target.endpoint() {
+                bail!("probe.servers[{index}] ({}): {reason}", target.name);
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        if let Some(target) = self.servers.iter().find(|t| !names.insert(t.name.as_str())) {
+            bail!("probe.servers: the name {:?} is used twice", target.name);
+        }
+        Ok(())
+    }
+}
+
+impl NotifyConfig {
+    /// Checks the section; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for (index, webhook) in self.webhooks.iter().enumerate() {
+            if let Err(reason) = webhook.check() {
+                bail!("notify.webhooks[{index}]: {reason}");
+            }
+        }
+        if let Some(url) = present(&self.public_url) {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("notify.public_url = {url:?} must be an http:// or https:// address");
+            }
+        }
+        if !(1..=100_000).contains(&self.queue_capacity) || !(1..=100).contains(&self.max_attempts) {
+            bail!("notify.queue_capacity must be in [1, 100000] and notify.max_attempts in [1, 100]");
+        }
+        Ok(())
+    }
+}
+
+impl LimitsConfig {
+    /// Checks the section; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if !(1..=1_000_000).contains(&self.max_tools_per_list) {
+            bail!("limits.max_tools_per_list = {} must be in [1, 1000000]", self.max_tools_per_list);
+        }
+        if !(8..=128).contains(&self.max_schema_depth) {
+            bail!("limits.max_schema_depth = {} must be in [8, 128]", self.max_schema_depth);
+        }
+        if !(1_000..=100_000_000).contains(&self.max_ref_expansion_nodes) {
+            bail!(
+                "limits.max_ref_expansion_nodes = {} must be in [1000, 100000000]",
+                self.max_ref_expansion_nodes
+            );
+        }
+        if !(1 << 20..=1 << 40).contains(&self.max_tool_list_bytes_per_project) {
+            bail!(
+                "limits.max_tool_list_bytes_per_project = {} must be in [1048576, 1099511627776]",
+                self.max_tool_list_bytes_per_project
+            );
+        }
+        if !(1..=10_000_000).contains(&self.max_servers_per_project) {
+            bail!(
+                "limits.max_servers_per_project = {} must be in [1, 10000000]",
+                self.max_servers_per_project
+            );
+        }
+        if !(1..=100_000_000).contains(&self.max_tools_per_project) {
+            bail!("limits.max_tools_per_project = {} must be in [1, 100000000]", self.max_tools_per_project);
+        }
+        if !(1 << 20..=1 << 40).contains(&self.max_state_bytes_per_project) {
+            bail!(
+                "limits.max_state_bytes_per_project = {} must be in [1048576, 1099511627776]",
+                self.max_state_bytes_per_project
+            );
+        }
+        if !(1024..=1 << 40).contains(&self.tool_list_work_per_second) {
+            bail!(
+                "limits.tool_list_work_per_second = {} must be in [1024, 1099511627776]",
+                self.tool_list_work_per_second
+            );
+        }
+        // A full bucket must let the costliest list the limits allow through.
+        let costliest =
+            driftline_detectors::tool_drift::list_work(self.max_body_bytes, self.max_ref_expansion_nodes);
+        if self.tool_list_work_burst < costliest {
+            bail!(
+                "limits.tool_list_work_burst = {} is less than the costliest list the limits allow ({costliest}: limits.max_body_bytes = {} and 16 bytes for each of limits.max_ref_expansion_nodes = {})",
+                self.tool_list_work_burst,
+                self.max_body_bytes,
+                self.max_ref_expansion_nodes
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     /// Reads a configuration from TOML text alone: no environment, and `keys_file` / `webhooks_file` are
     /// not read. Validated like [`Config::load`] (the fuzz target reads configurations this way).
@@ -619,198 +856,14 @@ impl Config {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         self.bind_address()?;
-        for (index, host) in self.server.allowed_hosts.iter().enumerate() {
-            let valid = !host.is_empty()
-                && host.len() <= 253
-                && host
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'));
-            if !valid {
-                bail!("server.allowed_hosts[{index}] = {host:?}: a host name or address without port");
-            }
-        }
-        if !(1..=1_000_000).contains(&self.server.max_connections) {
-            bail!("server.max_connections = {} must be in [1, 1000000]", self.server.max_connections);
-        }
-        // Above `max_connections` it simply does not bind.
-        if self.server.max_connections_per_peer == 0 {
-            bail!("server.max_connections_per_peer must be at least 1");
-        }
-        if !(1..=1_024).contains(&self.server.reserved_connections) {
-            bail!("server.reserved_connections = {} must be in [1, 1024]", self.server.reserved_connections);
-        }
-        if self.server.min_body_bytes_per_second > 1024 * 1024 {
-            bail!(
-                "server.min_body_bytes_per_second = {} must be at most 1048576",
-                self.server.min_body_bytes_per_second
-            );
-        }
-        if self.server.max_body_bytes_in_flight < self.limits.max_body_bytes {
-            bail!(
-                "server.max_body_bytes_in_flight = {} must be at least limits.max_body_bytes = {}",
-                self.server.max_body_bytes_in_flight,
-                self.limits.max_body_bytes
-            );
-        }
-        for (key, value) in [
-            ("server.header_read_timeout_seconds", self.server.header_read_timeout_seconds),
-            ("server.idle_timeout_seconds", self.server.idle_timeout_seconds),
-            ("server.body_timeout_seconds", self.server.body_timeout_seconds),
-        ] {
-            if !(1..=3_600).contains(&value) {
-                bail!("{key} = {value} must be in [1, 3600]");
-            }
-        }
-        for (index, key) in self.auth.keys.iter().enumerate() {
-            if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                bail!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");
-            }
-            if key.scopes.is_empty() {
-                bail!("auth.keys[{index}] needs at least one scope");
-            }
-        }
-        self.detector.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
-        if !(1..=720).contains(&self.detector.repeat_window_hours) {
-            bail!(
-                "detector.repeat_window_hours = {} is out of bounds: it must be in [1, 720]",
-                self.detector.repeat_window_hours
-            );
-        }
-        if !(1 << 20..=1 << 40).contains(&self.detector.repeat_memory_bytes) {
-            bail!(
-                "detector.repeat_memory_bytes = {} is out of bounds: it must be in [1048576, 1099511627776]",
-                self.detector.repeat_memory_bytes
-            );
-        }
-        if !(10..=600_000).contains(&self.detector.max_batch_millis) {
-            bail!(
-                "detector.max_batch_millis = {} is out of bounds: it must be in [10, 600000]",
-                self.detector.max_batch_millis
-            );
-        }
-        if !(60..=31_536_000).contains(&self.detector.forget_unseen_tools_after_seconds) {
-            bail!(
-                "detector.forget_unseen_tools_after_seconds = {} is out of bounds: it must be in [60, 31536000]",
-                self.detector.forget_unseen_tools_after_seconds
-            );
-        }
-        if !(1..=100_000).contains(&self.detector.max_batch_records) {
-            bail!(
-                "detector.max_batch_records = {} is out of bounds: it must be in [1, 100000]",
-                self.detector.max_batch_records
-            );
-        }
-        if self.detector.test_batch_pause_ms > 10_000 {
-            bail!("detector.test_batch_pause_ms must be in [0, 10000]");
-        }
-        if self.kafka.partitions == 0 || self.kafka.partitions > 65_536 || self.kafka.replication == 0 {
-            bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");
-        }
-        if let Some(mechanism) = present(&self.kafka.sasl_mechanism) {
-            if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&mechanism) {
-                bail!("kafka.sasl_mechanism = {mechanism:?}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512");
-            }
-        }
-        let sasl =
-            matches!(self.kafka.security_protocol, KafkaSecurity::SaslPlaintext | KafkaSecurity::SaslSsl);
-        if sasl
-            && (present(&self.kafka.sasl_mechanism).is_none() || present(&self.kafka.sasl_username).is_none())
-        {
-            bail!("kafka.security_protocol = sasl_*: set kafka.sasl_mechanism and kafka.sasl_username (and the password)");
-        }
-        if !(6_000..=300_000).contains(&self.kafka.session_timeout_ms) {
-            bail!("kafka.session_timeout_ms must be in [6000, 300000] (the broker's default group limits)");
-        }
-        if !(self.clickhouse.url.starts_with("http://") || self.clickhouse.url.starts_with("https://")) {
-            bail!("clickhouse.url = {:?} must be an http:// or https:// address", self.clickhouse.url);
-        }
-        if self.clickhouse.database.is_empty()
-            || !self.clickhouse.database.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            bail!("clickhouse.database = {:?}: use letters, digits and _", self.clickhouse.database);
-        }
-        if self.probe.interval_seconds == 0 || self.probe.timeout_seconds == 0 {
-            bail!("probe.interval_seconds and probe.timeout_seconds must be at least 1");
-        }
-        for (index, target) in self.probe.servers.iter().enumerate() {
-            if let Err(reason) = target.endpoint() {
-                bail!("probe.servers[{index}] ({}): {reason}", target.name);
-            }
-        }
-        let mut names = std::collections::HashSet::new();
-        if let Some(target) = self.probe.servers.iter().find(|t| !names.insert(t.name.as_str())) {
-            bail!("probe.servers: the name {:?} is used twice", target.name);
-        }
-        for (index, webhook) in self.notify.webhooks.iter().enumerate() {
-            if let Err(reason) = webhook.check() {
-                bail!("notify.webhooks[{index}]: {reason}");
-            }
-        }
-        if let Some(url) = present(&self.notify.public_url) {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                bail!("notify.public_url = {url:?} must be an http:// or https:// address");
-            }
-        }
-        if !(1..=100_000).contains(&self.notify.queue_capacity)
-            || !(1..=100).contains(&self.notify.max_attempts)
-        {
-            bail!("notify.queue_capacity must be in [1, 100000] and notify.max_attempts in [1, 100]");
-        }
-        if !(1..=1_000_000).contains(&self.limits.max_tools_per_list) {
-            bail!("limits.max_tools_per_list = {} must be in [1, 1000000]", self.limits.max_tools_per_list);
-        }
-        if !(8..=128).contains(&self.limits.max_schema_depth) {
-            bail!("limits.max_schema_depth = {} must be in [8, 128]", self.limits.max_schema_depth);
-        }
-        if !(1_000..=100_000_000).contains(&self.limits.max_ref_expansion_nodes) {
-            bail!(
-                "limits.max_ref_expansion_nodes = {} must be in [1000, 100000000]",
-                self.limits.max_ref_expansion_nodes
-            );
-        }
-        if !(1 << 20..=1 << 40).contains(&self.limits.max_tool_list_bytes_per_project) {
-            bail!(
-                "limits.max_tool_list_bytes_per_project = {} must be in [1048576, 1099511627776]",
-                self.limits.max_tool_list_bytes_per_project
-            );
-        }
-        if !(1..=10_000_000).contains(&self.limits.max_servers_per_project) {
-            bail!(
-                "limits.max_servers_per_project = {} must be in [1, 10000000]",
-                self.limits.max_servers_per_project
-            );
-        }
-        if !(1..=100_000_000).contains(&self.limits.max_tools_per_project) {
-            bail!(
-                "limits.max_tools_per_project = {} must be in [1, 100000000]",
-                self.limits.max_tools_per_project
-            );
-        }
-        if !(1 << 20..=1 << 40).contains(&self.limits.max_state_bytes_per_project) {
-            bail!(
-                "limits.max_state_bytes_per_project = {} must be in [1048576, 1099511627776]",
-                self.limits.max_state_bytes_per_project
-            );
-        }
-        if !(1024..=1 << 40).contains(&self.limits.tool_list_work_per_second) {
-            bail!(
-                "limits.tool_list_work_per_second = {} must be in [1024, 1099511627776]",
-                self.limits.tool_list_work_per_second
-            );
-        }
-        // A full bucket must let the costliest list the limits allow through.
-        let costliest = driftline_detectors::tool_drift::list_work(
-            self.limits.max_body_bytes,
-            self.limits.max_ref_expansion_nodes,
-        );
-        if self.limits.tool_list_work_burst < costliest {
-            bail!(
-                "limits.tool_list_work_burst = {} is less than the costliest list the limits allow ({costliest}: limits.max_body_bytes = {} and 16 bytes for each of limits.max_ref_expansion_nodes = {})",
-                self.limits.tool_list_work_burst,
-                self.limits.max_body_bytes,
-                self.limits.max_ref_expansion_nodes
-            );
-        }
+        self.server.validate(&self.limits)?;
+        self.auth.validate()?;
+        self.detector.validate()?;
+        self.kafka.validate()?;
+        self.clickhouse.validate()?;
+        self.probe.validate()?;
+        self.notify.validate()?;
+        self.limits.validate()?;
         let per_tool = driftline_detectors::tool_state_worst_case_bytes(&self.detector.thresholds());
         if self.limits.max_state_bytes_per_project < per_tool {
             bail!(
