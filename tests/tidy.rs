@@ -14,7 +14,6 @@ const CRATES: [&str; 11] =
 const MAX_LINES: usize = 800;
 const LONG_FILES: &[(&str, usize, &str)] = &[
     ("detectors/src/shape/walk.rs", 1160, "one state machine over the bytes, kept whole"),
-    ("src/config/mod.rs", 840, "one typed configuration tree; to validate per section (#43)"),
 ];
 
 /// Dependencies a crate declares that no source names as `name::`, `use name` or `"name"` (serde's `with`).

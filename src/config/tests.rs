@@ -1,6 +1,7 @@
 //! Tests of the configuration tree that need no process around it: credentials used and never shown.
 
 use super::*;
+use driftline_schemas::Secret;
 
 #[test]
 fn credentials_reach_their_clients_and_never_print() {
