@@ -594,14 +594,9 @@ async fn measure(store: &dyn Store, raw: &(dyn Raw + Sync), config: &Config, now
     ] {
         let from = (now - hours * HOUR_MS).div_euclid(bucket) * bucket;
         let to = (now.div_euclid(bucket) + 1) * bucket;
-        let query = BucketQuery {
-            project: PROJECT,
-            server,
-            tool,
-            from: Timestamp::from_millis(from).expect("from"),
-            to: Timestamp::from_millis(to).expect("to"),
-            bucket_ms: bucket,
-        };
+        let (from_at, to_at) =
+            (Timestamp::from_millis(from).expect("from"), Timestamp::from_millis(to).expect("to"));
+        let query = BucketQuery::new(PROJECT, server, tool, from_at, to_at, bucket).expect("valid buckets");
         let (p50, p95, _, buckets) = time(repeats, Duration::from_secs(60), || async {
             store.call_buckets(query).await.expect("buckets")
         })

@@ -277,14 +277,9 @@ async fn reads(store: &dyn Store, project: &str, now: i64) -> Value {
         let from = (now - hours * HOUR).div_euclid(bucket) * bucket;
         let to = (now.div_euclid(bucket) + 1) * bucket;
         for tool in [None, Some("search")] {
-            let query = BucketQuery {
-                project,
-                server: "srv",
-                tool,
-                from: Timestamp::from_millis(from).expect("from"),
-                to: Timestamp::from_millis(to).expect("to"),
-                bucket_ms: bucket,
-            };
+            let (from, to) =
+                (Timestamp::from_millis(from).expect("from"), Timestamp::from_millis(to).expect("to"));
+            let query = BucketQuery::new(project, "srv", tool, from, to, bucket).expect("valid buckets");
             let buckets: Vec<Value> = store
                 .call_buckets(query)
                 .await

@@ -233,13 +233,8 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
     }
     shapes["thermo/now"] = json!(store.tool_shape(project, "thermo", "now").await.expect("shape"));
     // Timelines: ten-minute buckets over the hour of the calls, for a server and for one tool.
-    let buckets = |server: &'static str, tool: Option<&'static str>| BucketQuery {
-        project,
-        server,
-        tool,
-        from: at(-600_000),
-        to: at(3_000_000),
-        bucket_ms: 600_000,
+    let buckets = |server: &'static str, tool: Option<&'static str>| {
+        BucketQuery::new(project, server, tool, at(-600_000), at(3_000_000), 600_000).expect("valid buckets")
     };
     let timelines = json!({
         "srv": store.call_buckets(buckets("srv", None)).await.expect("buckets"),

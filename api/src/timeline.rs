@@ -133,7 +133,10 @@ async fn timeline(
     let from = (now - span_ms).div_euclid(bucket_ms) * bucket_ms;
     let at = |ms: i64| Timestamp::from_millis(ms).ok_or_else(|| ApiError::bad_request("time out of range"));
     let (from, to) = (at(from)?, at(to)?);
-    let query = BucketQuery { project, server, tool, from, to, bucket_ms };
+    let query = BucketQuery::new(project, server, tool, from, to, bucket_ms).map_err(|err| match err {
+        driftline_store::StoreError::Query(reason) => ApiError::bad_request(reason),
+        other => ApiError::store_unavailable(other),
+    })?;
     let buckets = state.store.call_buckets(query).await.map_err(ApiError::store_unavailable)?;
     let mut markers = Vec::new();
     let events =

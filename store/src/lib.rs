@@ -260,19 +260,59 @@ pub struct ImpactQuery<'a> {
 }
 
 /// Parameters of a timeline: calls of one tool (or every tool of a server) started in `[from, to)`, in
-/// buckets of `bucket_ms` aligned to `from`. Both are whole minutes (read from minute rollups), or whole
-/// hours (hour rollups); anything else is [`StoreError::Query`].
+/// buckets of `bucket_ms` aligned to `from`. Made only by [`BucketQuery::new`], which refuses buckets a
+/// store cannot answer: both `from` and the bucket size are whole minutes (read from minute rollups) or
+/// whole hours (hour rollups), the window is not empty, and it holds at most [`MAX_BUCKETS`] buckets.
 #[derive(Debug, Clone, Copy)]
 pub struct BucketQuery<'a> {
     pub project: &'a str,
     pub server: &'a str,
     pub tool: Option<&'a str>,
-    pub from: Timestamp,
-    pub to: Timestamp,
-    pub bucket_ms: i64,
+    pub(crate) from: Timestamp,
+    pub(crate) to: Timestamp,
+    pub(crate) bucket_ms: i64,
+    /// The rollup rows it reads: `rollup::HOUR_MS` or `rollup::MINUTE_MS`.
+    pub(crate) granularity_ms: i64,
 }
 
-impl BucketQuery<'_> {
+/// The most buckets one timeline asks for (the API allows 1,440).
+pub const MAX_BUCKETS: usize = 100_000;
+
+impl<'a> BucketQuery<'a> {
+    pub fn new(
+        project: &'a str,
+        server: &'a str,
+        tool: Option<&'a str>,
+        from: Timestamp,
+        to: Timestamp,
+        bucket_ms: i64,
+    ) -> Result<Self, StoreError> {
+        let granularity_ms = rollup::timeline_granularity(from.as_millis(), bucket_ms).ok_or_else(|| {
+            StoreError::Query(format!(
+                "buckets of {bucket_ms} ms from {from} are not whole minutes aligned to the minute"
+            ))
+        })?;
+        let query = BucketQuery { project, server, tool, from, to, bucket_ms, granularity_ms };
+        if to <= from || query.len() > MAX_BUCKETS {
+            return Err(StoreError::Query(format!(
+                "a timeline from {from} to {to} in buckets of {bucket_ms} ms: the window must hold 1 to {MAX_BUCKETS} buckets"
+            )));
+        }
+        Ok(query)
+    }
+
+    pub fn from(&self) -> Timestamp {
+        self.from
+    }
+
+    pub fn to(&self) -> Timestamp {
+        self.to
+    }
+
+    pub fn bucket_ms(&self) -> i64 {
+        self.bucket_ms
+    }
+
     /// How many buckets `[from, to)` holds.
     pub fn len(&self) -> usize {
         let span = (self.to.as_millis() - self.from.as_millis()).max(0);
@@ -437,3 +477,34 @@ pub(crate) fn stored_outcome(name: &str) -> ShapeOutcome {
 pub trait Store: DetectorStore + QueryStore + NotificationStore {}
 
 impl<T: DetectorStore + QueryStore + NotificationStore> Store for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The buckets a query holds, or why it was refused (the reason's start).
+    fn check(from_ms: i64, to_ms: i64, bucket_ms: i64, expected: Result<usize, &str>) {
+        let at = |ms: i64| Timestamp::from_millis(ms).expect("a time");
+        let made = BucketQuery::new("p", "s", None, at(from_ms), at(to_ms), bucket_ms);
+        match (made, expected) {
+            (Ok(query), Ok(buckets)) => assert_eq!(query.len(), buckets),
+            (Err(StoreError::Query(reason)), Err(start)) => assert!(reason.starts_with(start), "{reason}"),
+            (made, expected) => panic!("{from_ms}..{to_ms} by {bucket_ms}: {made:?}, expected {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bucket_query_holds_only_buckets_a_store_can_answer() {
+        let (minute, hour) = (rollup::MINUTE_MS, rollup::HOUR_MS);
+        check(0, hour, 10 * minute, Ok(6));
+        check(hour, 4 * hour, hour, Ok(3));
+        check(0, hour + 1, 10 * minute, Ok(7));
+        check(0, hour, 90_000, Err("buckets of 90000 ms"));
+        check(30_000, hour, minute, Err("buckets of 60000 ms"));
+        check(0, hour, 0, Err("buckets of 0 ms"));
+        check(0, hour, -minute, Err("buckets of -60000 ms"));
+        check(hour, hour, minute, Err("a timeline from"));
+        check(hour, 0, minute, Err("a timeline from"));
+        check(0, (MAX_BUCKETS as i64 + 1) * minute, minute, Err("a timeline from"));
+    }
+}

@@ -363,9 +363,7 @@ impl QueryStore for ClickHouseStore {
     }
 
     async fn call_buckets(&self, query: BucketQuery<'_>) -> Result<Vec<CallBucket>, StoreError> {
-        let granularity = rollup::timeline_granularity(ms(query.from), query.bucket_ms).ok_or_else(|| {
-            StoreError::Query(format!("buckets of {} ms are not whole minutes", query.bucket_ms))
-        })?;
+        let granularity = query.granularity_ms;
         let tool_filter = if query.tool.is_some() { "AND tool = ?" } else { "" };
         let mut select = self
             .client

@@ -401,9 +401,7 @@ impl QueryStore for SqliteStore {
     }
 
     async fn call_buckets(&self, query: BucketQuery<'_>) -> Result<Vec<CallBucket>, StoreError> {
-        let granularity = rollup::timeline_granularity(ms(query.from), query.bucket_ms).ok_or_else(|| {
-            StoreError::Query(format!("buckets of {} ms are not whole minutes", query.bucket_ms))
-        })?;
+        let granularity = query.granularity_ms;
         let (project, server) = (query.project.to_owned(), query.server.to_owned());
         let tool = query.tool.map(str::to_owned);
         let (from, to, bucket) = (ms(query.from), ms(query.to), query.bucket_ms);
