@@ -189,7 +189,7 @@ fn main() {
                         replication: 1,
                         session_timeout_ms: 10_000,
                         instance_id: None,
-                        client_properties: Vec::new(),
+                        client_properties: Default::default(),
                     })
                     .expect("kafka");
                     bus.ensure_topics().await.expect("topics");

@@ -116,7 +116,7 @@ fn before_its_first_assignment_a_detector_reports_the_groups_backlog() {
         replication: 1,
         session_timeout_ms: 10_000,
         instance_id: None,
-        client_properties: Vec::new(),
+        client_properties: Default::default(),
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {

@@ -33,7 +33,7 @@ const ALL_TOPICS: [Topic; 4] = [Topic::ToolLists, Topic::Spans, Topic::Commands,
 /// that was late rather than lost may then arrive twice).
 const PUBLISH_DEADLINE: Duration = Duration::from_secs(10);
 
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct KafkaSettings {
     /// `host:port[,host:port…]`
     pub brokers: String,
@@ -47,26 +47,20 @@ pub struct KafkaSettings {
     /// Static group membership (`group.instance.id`): unique per detector instance, stable across restarts.
     pub instance_id: Option<String>,
     /// librdkafka properties every client gets (security protocol, SASL, TLS).
-    pub client_properties: Vec<(String, String)>,
+    pub client_properties: ClientProperties,
 }
 
-impl std::fmt::Debug for KafkaSettings {
+/// librdkafka properties as `(key, value)`. They carry the SASL and key passwords: `Debug` shows `***` for
+/// the value of every key that names a password.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ClientProperties(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for ClientProperties {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Client properties carry the SASL and key passwords: their values are not shown.
-        let properties: Vec<(&str, &str)> = self
-            .client_properties
-            .iter()
-            .map(|(key, value)| (key.as_str(), if key.contains("password") { "***" } else { value.as_str() }))
-            .collect();
-        f.debug_struct("KafkaSettings")
-            .field("brokers", &self.brokers)
-            .field("topic_prefix", &self.topic_prefix)
-            .field("partitions", &self.partitions)
-            .field("replication", &self.replication)
-            .field("session_timeout_ms", &self.session_timeout_ms)
-            .field("instance_id", &self.instance_id)
-            .field("client_properties", &properties)
-            .finish()
+        let shown = self.0.iter().map(|(key, value)| {
+            (key.as_str(), if key.contains("password") { "***" } else { value.as_str() })
+        });
+        f.debug_list().entries(shown).finish()
     }
 }
 
@@ -79,7 +73,7 @@ impl KafkaSettings {
     fn client(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &self.brokers);
-        for (key, value) in &self.client_properties {
+        for (key, value) in &self.client_properties.0 {
             config.set(key, value);
         }
         config

@@ -19,7 +19,7 @@ pub type Positions = BTreeMap<u32, u64>;
 /// gigabytes of records near the size limits.
 pub const POLL_BYTES: usize = 64 << 20;
 
-pub use kafka::{stream, KafkaBus, KafkaGroupConsumer, KafkaSettings};
+pub use kafka::{stream, ClientProperties, KafkaBus, KafkaGroupConsumer, KafkaSettings};
 pub use partition::{murmur2, partition_for_key};
 pub use sqlite::SqliteBus;
 

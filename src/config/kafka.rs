@@ -70,7 +70,7 @@ impl KafkaConfig {
             replication: self.replication,
             session_timeout_ms: self.session_timeout_ms,
             instance_id: present(&self.instance_id).map(str::to_owned),
-            client_properties: self.client_properties(),
+            client_properties: driftline_bus::ClientProperties(self.client_properties()),
         }
     }
 

@@ -23,7 +23,7 @@ fn credentials_reach_their_clients_and_never_print() {
     let clickhouse = config.clickhouse.settings();
     let kafka = config.kafka.settings();
     assert_eq!(clickhouse.password.as_ref().map(Secret::expose), Some("ch-pass-1"));
-    assert!(kafka.client_properties.contains(&("sasl.password".to_owned(), "kafka-pass-2".to_owned())));
+    assert!(kafka.client_properties.0.contains(&("sasl.password".to_owned(), "kafka-pass-2".to_owned())));
     assert_eq!(config.notify.webhooks[0].secret.as_ref().map(Secret::expose), Some("hook-secret-4"));
     let shown = format!("{config:?}\n{clickhouse:?}\n{kafka:?}");
     for credential in ["ch-pass-1", "kafka-pass-2", "token-3", "hook-secret-4"] {

@@ -39,7 +39,7 @@ const fn table(kind: ChangeType) -> (Classification, Classification) {
         | ChangeType::SchemaChanged => (W, W),
         ChangeType::OutputSchemaAdded => (C, C),
         ChangeType::OutputSchemaRemoved => (W, W),
-        // The diff refines these by what changed (see `diff.rs`): a task mode taken away is BREAKING,
+        // The diff refines these by what changed (see `diff/`): a task mode taken away is BREAKING,
         // a title added unflagged or an idempotent/open-world hint is COMPATIBLE.
         ChangeType::ExecutionChanged => (C, C),
         ChangeType::MetadataChanged => (C, C),
