@@ -212,15 +212,14 @@ impl DetectorStore for ClickHouseStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        // Every output but the traffic a reader counts is written at once (each table its own insert).
+        // Every output but the traffic a reader counts and the views that sum outputs up is written at once
+        // (each table its own insert).
         try_all(vec![
             Box::pin(self.insert("schema_drift_events", &events)),
             Box::pin(self.insert("baseline_acceptances", &acceptances)),
-            Box::pin(self.insert("servers", &servers)),
             Box::pin(self.insert("tool_schemas", &schemas)),
             Box::pin(self.insert("server_snapshots", &snapshots)),
             Box::pin(self.insert("shape_drift_signals", &signals)),
-            Box::pin(self.insert("tool_shapes", &shapes)),
             Box::pin(self.insert("settings", &settings)),
             Box::pin(self.insert("applied_commands", &commands)),
             Box::pin(self.insert("call_identities_by_stream", &identities)),
@@ -230,9 +229,12 @@ impl DetectorStore for ClickHouseStore {
         // Rollup rows are whole values: a row stored by a batch that crashed before its positions is
         // replaced by the same row, and its calls are skipped when replayed (see `rollup`).
         let (tool_rollups, agent_rollups) = rollup_rows(&batch.rollups);
-        // The traffic comes after every other output: a reader that sees a batch's calls (in rollups or
-        // raw) sees all of its signals, events and shapes.
+        // The traffic and the views (a server's row, a tool's shape view) come after every other output: a
+        // reader that sees a batch's calls, or a view that counts them, sees all of its signals and events
+        // (written beside them, a tool's view showed 18 checked calls while its signal was not readable yet).
         try_all(vec![
+            Box::pin(self.insert("servers", &servers)),
+            Box::pin(self.insert("tool_shapes", &shapes)),
             Box::pin(self.insert("tool_rollups", &tool_rollups)),
             Box::pin(self.insert("agent_rollups", &agent_rollups)),
             Box::pin(self.insert("tool_calls", &calls)),

@@ -1,8 +1,8 @@
 //! The production store: ClickHouse over HTTP (the `clickhouse` crate), tables from `schemas/clickhouse/`.
 //!
-//! A batch is written in three steps: every output but the traffic (one insert per table, at once), then
-//! the traffic (rollups and call rows, at once), and `detector_state` (state + positions, one insert, so
-//! one part) last. Every output row has a deterministic sort key and the tables are ReplacingMergeTree
+//! A batch is written in three steps: every output but the traffic and the views (one insert per table, at
+//! once), then the traffic (rollups and call rows) with the views that sum outputs up (servers' rows, tools'
+//! shape views), at once, and `detector_state` (state + positions, one insert, so one part) last. Every output row has a deterministic sort key and the tables are ReplacingMergeTree
 //! read with FINAL, so re-writing a batch after a failure or crash changes nothing a query sees.
 
 mod detector;
