@@ -342,6 +342,29 @@ fn one_project_never_sees_another() {
     assert_eq!(reader.get("/api/health/servers").1[0]["server_name"], "private");
     assert_eq!(reader.send("POST", "/api/health/servers/private/drift-accept", b"").0, 403);
     assert_eq!(reader.post_json("/v1/spans", &json!([])).0, 403);
+    // Every described route but the probes refuses a caller without a key, before reading its path or body.
+    let (_, document) = nobody.get("/openapi.json");
+    let mut checked = 0;
+    for (path, methods) in document["paths"].as_object().expect("paths") {
+        if path == "/healthz" || path == "/readyz" {
+            continue;
+        }
+        let concrete = path
+            .replace("{name}", "private")
+            .replace("{server}", "srv")
+            .replace("{tool}", "a")
+            .replace("{id}", "drift-0");
+        for method in methods.as_object().expect("methods").keys() {
+            let method = method.to_uppercase();
+            let status = match method.as_str() {
+                "GET" => nobody.get(&concrete).0,
+                _ => nobody.send(&method, &concrete, b"{").0,
+            };
+            assert_eq!(status, 401, "{method} {concrete} without a key");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} routes were described");
 
     let (status, accepted) = alpha.send("POST", "/api/health/servers/private/drift-accept", b"");
     assert_eq!((status, accepted["accepted"].as_bool()), (200, Some(true)), "{accepted}");

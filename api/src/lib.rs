@@ -34,6 +34,12 @@ pub struct ApiState {
     pub clock: fn() -> Timestamp,
 }
 
+impl axum::extract::FromRef<ApiState> for Arc<Auth> {
+    fn from_ref(state: &ApiState) -> Arc<Auth> {
+        state.auth.clone()
+    }
+}
+
 pub(crate) type Answer = Result<Response, ApiError>;
 
 /// The API's routes and their OpenAPI description, generated from the handlers.

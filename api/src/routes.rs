@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use driftline_bus::{Message, Topic};
@@ -20,25 +20,19 @@ use driftline_schemas::{SchemaDriftEvent, ServerSurfaces};
 use driftline_store::ImpactQuery;
 use serde_json::{json, Value};
 
-use driftline_http::{server_name, tool_name, ApiError, Params, Scope};
+use driftline_http::{server_name, tool_name, Admin, ApiError, Params, Reader};
 
 use crate::{ok, Answer, ApiState};
 
 #[utoipa::path(get, path = "/api/health/servers", tag = "health",
     responses((status = 200, description = "Every server of the project", body = [ServerHealth]), (status = 401, body = ErrorBody)))]
-pub(crate) async fn servers(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
+pub(crate) async fn servers(State(state): State<ApiState>, who: Reader) -> Answer {
     ok(state.store.servers(&who.project).await.map_err(ApiError::store_unavailable)?)
 }
 
 #[utoipa::path(get, path = "/api/health/servers/{name}", tag = "health", params(("name" = String, Path, description = "Server name")),
     responses((status = 200, body = ServerHealth), (status = 404, body = ErrorBody)))]
-pub(crate) async fn server(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
+pub(crate) async fn server(State(state): State<ApiState>, who: Reader, Path(name): Path<String>) -> Answer {
     let name = server_name(&name)?;
     let servers = state.store.servers(&who.project).await.map_err(ApiError::store_unavailable)?;
     match servers.into_iter().find(|s| s.server_name == name) {
@@ -53,11 +47,10 @@ pub(crate) async fn server(
     responses((status = 200, description = "A bare array of events, newest first", body = Vec<SchemaDriftEvent>), (status = 400, body = ErrorBody)))]
 pub(crate) async fn drift_history(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path(name): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     let params = Params(params);
     let limit = params.int("limit", 10, 1, 100)?;
@@ -77,10 +70,9 @@ pub const HISTORY_LIST_BYTES: usize = 32 << 20;
     responses((status = 200, description = "The event with both full tool lists", body = SchemaDriftEvent), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn drift_event(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path((name, id)): Path<(String, String)>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     // Ids are `drift-` and hex (derived from the input record); anything else names no event.
     if id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
@@ -102,11 +94,10 @@ pub(crate) async fn drift_event(
     responses((status = 200, body = DriftImpact), (status = 400, body = ErrorBody)))]
 pub(crate) async fn drift_impact(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path(name): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     let params = Params(params);
     let tool = tool_name(params.required("tool_name")?)?;
@@ -178,10 +169,10 @@ fn rand_u64() -> u64 {
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn drift_accept(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    caller: Admin,
     Path(name): Path<String>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Admin)?;
+    let who = caller.into_principal();
     let name = server_name(&name)?;
     let known = state
         .store
@@ -207,10 +198,10 @@ pub(crate) async fn drift_accept(
         (status = 202, description = "Queued behind the data"), (status = 403, body = ErrorBody)))]
 pub(crate) async fn forget_server(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    caller: Admin,
     Path(name): Path<String>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Admin)?;
+    let who = caller.into_principal();
     let name = server_name(&name)?;
     let tools = state
         .store
@@ -263,10 +254,10 @@ pub(crate) async fn forget_server(
         (status = 403, body = ErrorBody)))]
 pub(crate) async fn forget_tool(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    caller: Admin,
     Path((server, tool)): Path<(String, String)>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Admin)?;
+    let who = caller.into_principal();
     let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
     let id = command_id(&state, "forget", &format!("{}/{server}/{tool}", who.project));
     run_command(&state, OperatorCommand::ForgetTool { id, project: who.project, server, tool, by: who.name })
@@ -277,8 +268,7 @@ pub(crate) async fn forget_tool(
 /// limits among them (ingest acknowledged them before the detector could tell).
 #[utoipa::path(get, path = "/api/health/dead-letters", tag = "health",
     responses((status = 200, description = "Counts by kind, with the newest reason", body = [DeadLetterCount])))]
-pub(crate) async fn dead_letters(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
+pub(crate) async fn dead_letters(State(state): State<ApiState>, who: Reader) -> Answer {
     ok(state.store.dead_letters(&who.project).await.map_err(ApiError::store_unavailable)?)
 }
 
@@ -286,10 +276,9 @@ pub(crate) async fn dead_letters(State(state): State<ApiState>, headers: HeaderM
     responses((status = 200, body = [ToolSchema])))]
 pub(crate) async fn server_tools(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path(name): Path<String>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     ok(state.store.tool_schemas(&who.project, &name).await.map_err(ApiError::store_unavailable)?)
 }
@@ -300,10 +289,9 @@ pub(crate) async fn server_tools(
     responses((status = 200, body = ServerSurfaces)))]
 pub(crate) async fn server_surfaces(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path(name): Path<String>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     let surfaces =
         state.store.server_surfaces(&who.project, &name).await.map_err(ApiError::store_unavailable)?;
@@ -314,10 +302,9 @@ pub(crate) async fn server_surfaces(
     responses((status = 200, body = [ToolSummary])))]
 pub(crate) async fn tools(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let hours = Params(params).int("hours", 24, 1, 720)?;
     ok(state.store.tools(&who.project, hours, (state.clock)()).await.map_err(ApiError::store_unavailable)?)
 }
@@ -327,10 +314,9 @@ pub(crate) async fn tools(
     responses((status = 200, body = ToolShape), (status = 404, body = ErrorBody)))]
 pub(crate) async fn tool_shape(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path((server, tool)): Path<(String, String)>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
     match state.store.tool_shape(&who.project, &server, &tool).await.map_err(ApiError::store_unavailable)? {
         Some(shape) => ok(shape),
@@ -348,11 +334,10 @@ pub(crate) async fn tool_shape(
         (status = 400, body = ErrorBody)))]
 pub(crate) async fn tool_calls(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path((server, tool)): Path<(String, String)>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
     let params = Params(params);
     let hours = params.int("hours", 1, 1, 720)?;
@@ -372,10 +357,9 @@ pub(crate) async fn tool_calls(
     responses((status = 200, body = ShapeDriftList)))]
 pub(crate) async fn shape_drift(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let hours = Params(params).int("hours", 24, 1, 720)?;
     let groups = state
         .store
@@ -399,8 +383,7 @@ fn thresholds_view(thresholds: DetectorThresholds) -> ThresholdsView {
 }
 
 #[utoipa::path(get, path = "/api/settings/detector-thresholds", tag = "settings", responses((status = 200, body = ThresholdsView)))]
-pub(crate) async fn get_thresholds(State(state): State<ApiState>, headers: HeaderMap) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
+pub(crate) async fn get_thresholds(State(state): State<ApiState>, who: Reader) -> Answer {
     ok(thresholds_view(project_thresholds(&state, &who.project).await?))
 }
 
@@ -418,10 +401,10 @@ pub(crate) async fn project_thresholds(
     responses((status = 200, body = ThresholdsView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(crate) async fn put_thresholds(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    caller: Admin,
     body: axum::body::Bytes,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Admin)?;
+    let who = caller.into_principal();
     let current = project_thresholds(&state, &who.project).await?;
     // Keys left out keep their current value; unknown keys are an error that names them.
     let mut merged = serde_json::to_value(current).map_err(|err| ApiError::bad_request(err.to_string()))?;
@@ -446,10 +429,9 @@ pub(crate) async fn put_thresholds(
     params(("hours" = Option<u32>, Query, description = "1-720, default 24")), responses((status = 200, body = ReturnValueStats)))]
 pub(crate) async fn return_value_stats(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let hours = Params(params).int("hours", 24, 1, 720)?;
     ok(state
         .store

@@ -4,14 +4,13 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 #[allow(unused_imports)] // named in the OpenAPI annotations
 use driftline_schemas::api::{ContractReport, ErrorBody, Timeline, TimelineMarker};
 use driftline_schemas::{SignalKind, Timestamp};
 use driftline_store::rollup::MINUTE_WINDOW_HOURS;
 use driftline_store::BucketQuery;
 
-use driftline_http::{server_name, tool_name, ApiError, Params, Scope};
+use driftline_http::{server_name, tool_name, ApiError, Params, Reader};
 
 use crate::ApiState;
 use crate::{ok, Answer};
@@ -31,10 +30,9 @@ const MAX_EVENTS: u32 = 100;
         (status = 404, body = ErrorBody)))]
 pub(crate) async fn tool_contract(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path((server, tool)): Path<(String, String)>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
     let Some(shape) =
         state.store.tool_shape(&who.project, &server, &tool).await.map_err(ApiError::store_unavailable)?
@@ -72,11 +70,10 @@ pub(crate) async fn tool_contract(
         (status = 400, body = ErrorBody)))]
 pub(crate) async fn tool_timeline(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path((server, tool)): Path<(String, String)>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let (server, tool) = (server_name(&server)?, tool_name(&tool)?);
     timeline(&state, &who.project, &server, Some(&tool), Params(params)).await
 }
@@ -89,11 +86,10 @@ pub(crate) async fn tool_timeline(
         (status = 400, body = ErrorBody)))]
 pub(crate) async fn server_timeline(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    who: Reader,
     Path(name): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Answer {
-    let who = state.auth.authorize(&headers, Scope::Read)?;
     let name = server_name(&name)?;
     timeline(&state, &who.project, &name, None, Params(params)).await
 }

@@ -2,6 +2,12 @@
 //! A key sees its own project and nothing else. With no keys configured every request is the `default`
 //! project with every scope — which is why the server then binds loopback only.
 
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use driftline_schemas::ProjectName;
 use serde::{Deserialize, Serialize};
@@ -97,6 +103,67 @@ impl Auth {
             return Err(AuthError::Forbidden(scope.as_str()));
         }
         Ok(Principal { project: key.project.clone(), name: format!("key:{}", &digest[..8]) })
+    }
+}
+
+/// The scope a [`Caller`] was authorized for, as a type, so that a handler states what it needs in its
+/// signature and cannot forget to check.
+pub trait RequiredScope: Send + Sync {
+    const SCOPE: Scope;
+}
+
+/// Marks [`Caller`]s that may read their project.
+pub struct ReadScope;
+/// Marks [`Caller`]s that may accept baselines and change settings.
+pub struct AdminScope;
+/// Marks [`Caller`]s that may send spans and tool lists.
+pub struct IngestScope;
+
+impl RequiredScope for ReadScope {
+    const SCOPE: Scope = Scope::Read;
+}
+impl RequiredScope for AdminScope {
+    const SCOPE: Scope = Scope::Admin;
+}
+impl RequiredScope for IngestScope {
+    const SCOPE: Scope = Scope::Ingest;
+}
+
+/// The caller of a handler, authorized for `S` before the handler runs (401 without a valid key, 403
+/// without the scope). Taken as the handler's first extractor after the state, so that no path, query or
+/// body of an unauthorized request is read.
+pub struct Caller<S: RequiredScope>(Principal, PhantomData<S>);
+
+/// A caller who may read.
+pub type Reader = Caller<ReadScope>;
+/// A caller who may change baselines and settings.
+pub type Admin = Caller<AdminScope>;
+/// A caller who may send data.
+pub type Ingester = Caller<IngestScope>;
+
+impl<S: RequiredScope> Caller<S> {
+    pub fn into_principal(self) -> Principal {
+        self.0
+    }
+}
+
+impl<S: RequiredScope> Deref for Caller<S> {
+    type Target = Principal;
+
+    fn deref(&self) -> &Principal {
+        &self.0
+    }
+}
+
+impl<S: RequiredScope, State: Send + Sync> FromRequestParts<State> for Caller<S>
+where
+    Arc<Auth>: FromRef<State>,
+{
+    type Rejection = crate::ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &State) -> Result<Self, Self::Rejection> {
+        let auth = Arc::<Auth>::from_ref(state);
+        Ok(Caller(auth.authorize(&parts.headers, S::SCOPE)?, PhantomData))
     }
 }
 

@@ -12,7 +12,7 @@ pub mod readiness;
 pub mod refusals;
 mod serve;
 
-pub use auth::{ApiKey, Auth, AuthError, Principal, Scope};
+pub use auth::{Admin, ApiKey, Auth, AuthError, Caller, Ingester, Principal, Reader, Scope};
 pub use body::BodyLimits;
 pub use error::ApiError;
 pub use params::{server_name, tool_name, Params};

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use driftline_bus::{Message, Producer, Topic};
 use driftline_detectors::shape::{is_interim_result, record_from_span};
-use driftline_http::{server_name, ApiError, Auth, Scope};
+use driftline_http::{server_name, ApiError, Auth, Ingester};
 use driftline_schemas::api::{ErrorBody, ErrorDetail};
 use driftline_schemas::{
     ProjectName, ServerSurfaces, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot,
@@ -61,6 +61,12 @@ pub struct IngestState {
     pub list_budget: Arc<ListWorkBudget>,
 }
 
+impl axum::extract::FromRef<IngestState> for Arc<Auth> {
+    fn from_ref(state: &IngestState) -> Arc<Auth> {
+        state.auth.clone()
+    }
+}
+
 /// Ingest's routes and their OpenAPI description, generated from the handlers.
 pub fn router(state: IngestState) -> (Router, OpenApi) {
     OpenApiRouter::new()
@@ -100,10 +106,10 @@ fn accepted(body: Value) -> Response {
         (status = 413, body = ErrorBody), (status = 503, description = "Bus unavailable; retry", body = ErrorBody)))]
 async fn spans(
     State(state): State<IngestState>,
+    who: Ingester,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let who = state.auth.authorize(&headers, Scope::Ingest)?;
     let result = accept_spans(&state, &who.project, &headers, body).await;
     let label = match &result {
         Ok(_) => "accepted",
@@ -324,11 +330,11 @@ fn read_tool_list(bytes: &[u8], now: Timestamp) -> Result<ToolListBody, ApiError
         (status = 429, description = "The project sent more tool-list work than its budget: Retry-After says when to send it again", body = ErrorBody)))]
 async fn tool_list(
     State(state): State<IngestState>,
+    who: Ingester,
     headers: HeaderMap,
     Path(name): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let who = state.auth.authorize(&headers, Scope::Ingest)?;
     let name = server_name(&name)?;
     let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     let ToolListBody { tools, captured_at, source, surfaces } = read_tool_list(&bytes, (state.clock)())?;
@@ -494,11 +500,11 @@ fn inflate(bytes: &[u8], compression: Compression, limit: usize) -> Result<Vec<u
         (status = 400, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn traces(
     State(state): State<IngestState>,
+    who: Ingester,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    let who = state.auth.authorize(&headers, Scope::Ingest)?;
     let content_type =
         headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let media = content_type.split(';').next().map(|m| m.trim().to_ascii_lowercase());
