@@ -1,7 +1,6 @@
 //! `driftline`: one binary for the service stages and the command-line tools.
 
 mod cli;
-mod config;
 mod serve;
 
 use std::process::ExitCode;

@@ -13,7 +13,7 @@ use driftline_schemas::Timestamp;
 use driftline_store::{ClickHouseStore, SqliteStore, Store};
 use driftline_worker::{Worker, WorkerSettings};
 
-use crate::config::{BusKind, Config, StoreKind};
+use driftline::config::{BusKind, Config, StoreKind};
 
 pub fn now() -> Timestamp {
     Timestamp::from(chrono::Utc::now())

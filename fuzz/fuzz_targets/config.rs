@@ -1,11 +1,7 @@
 //! The configuration on any TOML text: read and validated, or refused with a message — never a panic.
 #![no_main]
 
-// The binary's configuration module, included as it is (the binary has no library target).
-#[path = "../../src/config/mod.rs"]
-#[allow(dead_code)]
-mod config;
-
+use driftline::config;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,12 +2,8 @@
 //! protobuf (even) or JSON (odd). Never panics; a mapped span that passes its checks is fingerprinted.
 #![no_main]
 
-// The mapping is included from ingest rather than depending on the crate, which would build librdkafka.
-#[path = "../../ingest/src/otlp.rs"]
-#[allow(dead_code)]
-mod otlp;
-
 use driftline_detectors::shape::record_from_span;
+use driftline_ingest::otlp;
 use driftline_schemas::ProjectName;
 use libfuzzer_sys::fuzz_target;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

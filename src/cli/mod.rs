@@ -242,7 +242,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Notify(args) => serve(args, Role::Notify),
         Command::Capture(args) => capture::run(args),
         Command::CheckConfig { config, stage } => {
-            let config = crate::config::Config::load(config.as_deref())?;
+            let config = driftline::config::Config::load(config.as_deref())?;
             let role = match stage.as_str() {
                 "ingest" => Role::Ingest,
                 "detect" => Role::Detect,
@@ -262,13 +262,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(EXIT_OK))
         }
         Command::Migrate { config } => {
-            let config = crate::config::Config::load(config.as_deref())?;
+            let config = driftline::config::Config::load(config.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             runtime.block_on(crate::serve::migrate(&config))?;
             Ok(ExitCode::from(EXIT_OK))
         }
         Command::Topics { action, config } => {
-            let config = crate::config::Config::load(config.as_deref())?;
+            let config = driftline::config::Config::load(config.as_deref())?;
             let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             if action == "migrate-partitioner" {
                 runtime.block_on(crate::serve::migrate_partitioner(&config))?;
@@ -327,7 +327,7 @@ fn read_stdin() -> anyhow::Result<Vec<u8>> {
 }
 
 fn serve(args: ServeArgs, role: Role) -> anyhow::Result<ExitCode> {
-    let mut config = crate::config::Config::load(args.config.as_deref())?;
+    let mut config = driftline::config::Config::load(args.config.as_deref())?;
     if let Some(bind) = args.bind {
         config.server.bind = bind;
     }
@@ -342,13 +342,13 @@ fn serve(args: ServeArgs, role: Role) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(EXIT_OK))
 }
 
-fn init_logging(log: &crate::config::LogConfig) {
+fn init_logging(log: &driftline::config::LogConfig) {
     let filter = tracing_subscriber::EnvFilter::try_new(&log.level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match log.format {
-        crate::config::LogFormat::Json => builder.json().try_init(),
-        crate::config::LogFormat::Text => builder.try_init(),
+        driftline::config::LogFormat::Json => builder.json().try_init(),
+        driftline::config::LogFormat::Text => builder.try_init(),
     };
 }
 

@@ -2,9 +2,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use driftline_http::ApiKey;
 use serde::Deserialize;
+
+use super::ConfigError;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -24,13 +25,13 @@ pub(super) struct KeysFile {
 
 impl AuthConfig {
     /// Checks the section; the error names the key.
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         for (index, key) in self.keys.iter().enumerate() {
             if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                bail!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");
+                invalid!("auth.keys[{index}].sha256 must be 64 hex digits (the SHA-256 of the key)");
             }
             if key.scopes.is_empty() {
-                bail!("auth.keys[{index}] needs at least one scope");
+                invalid!("auth.keys[{index}] needs at least one scope");
             }
         }
         Ok(())

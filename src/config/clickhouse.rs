@@ -1,10 +1,9 @@
 //! `[clickhouse]`: the ClickHouse HTTP interface, and the store settings it gives.
 
-use anyhow::bail;
 use driftline_schemas::Secret;
 use serde::Deserialize;
 
-use super::present;
+use super::{present, ConfigError};
 
 /// The ClickHouse HTTP interface (`storage.store = "clickhouse"`).
 #[derive(Debug, Clone, Deserialize)]
@@ -42,13 +41,13 @@ impl ClickHouseConfig {
 
 impl ClickHouseConfig {
     /// Checks the section; the error names the key.
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
-            bail!("clickhouse.url = {:?} must be an http:// or https:// address", self.url);
+            invalid!("clickhouse.url = {:?} must be an http:// or https:// address", self.url);
         }
         if self.database.is_empty() || !self.database.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         {
-            bail!("clickhouse.database = {:?}: use letters, digits and _", self.database);
+            invalid!("clickhouse.database = {:?}: use letters, digits and _", self.database);
         }
         Ok(())
     }

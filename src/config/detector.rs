@@ -1,9 +1,10 @@
 //! `[detector]`: the defaults of every project's thresholds and the worker's own settings.
 
-use anyhow::bail;
 use driftline_detectors::tool_drift::BaselinePolicy;
 use driftline_schemas::{DetectorThresholds, SecurityHold};
 use serde::Deserialize;
+
+use super::{within, ConfigError};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -81,41 +82,18 @@ impl DetectorConfig {
 
 impl DetectorConfig {
     /// Checks the section; the error names the key.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        self.thresholds().validate().map_err(|err| anyhow::anyhow!("detector.{err}"))?;
-        if !(1..=720).contains(&self.repeat_window_hours) {
-            bail!(
-                "detector.repeat_window_hours = {} is out of bounds: it must be in [1, 720]",
-                self.repeat_window_hours
-            );
-        }
-        if !(1 << 20..=1 << 40).contains(&self.repeat_memory_bytes) {
-            bail!(
-                "detector.repeat_memory_bytes = {} is out of bounds: it must be in [1048576, 1099511627776]",
-                self.repeat_memory_bytes
-            );
-        }
-        if !(10..=600_000).contains(&self.max_batch_millis) {
-            bail!(
-                "detector.max_batch_millis = {} is out of bounds: it must be in [10, 600000]",
-                self.max_batch_millis
-            );
-        }
-        if !(60..=31_536_000).contains(&self.forget_unseen_tools_after_seconds) {
-            bail!(
-                "detector.forget_unseen_tools_after_seconds = {} is out of bounds: it must be in [60, 31536000]",
-                self.forget_unseen_tools_after_seconds
-            );
-        }
-        if !(1..=100_000).contains(&self.max_batch_records) {
-            bail!(
-                "detector.max_batch_records = {} is out of bounds: it must be in [1, 100000]",
-                self.max_batch_records
-            );
-        }
-        if self.test_batch_pause_ms > 10_000 {
-            bail!("detector.test_batch_pause_ms must be in [0, 10000]");
-        }
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.thresholds().validate().map_err(|err| ConfigError::Invalid(format!("detector.{err}")))?;
+        within("detector.repeat_window_hours", self.repeat_window_hours, 1..=720)?;
+        within("detector.repeat_memory_bytes", self.repeat_memory_bytes, 1 << 20..=1 << 40)?;
+        within("detector.max_batch_millis", self.max_batch_millis, 10..=600_000)?;
+        within(
+            "detector.forget_unseen_tools_after_seconds",
+            self.forget_unseen_tools_after_seconds,
+            60..=31_536_000,
+        )?;
+        within("detector.max_batch_records", self.max_batch_records, 1..=100_000)?;
+        within("detector.test_batch_pause_ms", self.test_batch_pause_ms, 0..=10_000)?;
         Ok(())
     }
 }

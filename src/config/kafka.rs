@@ -2,11 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
 use driftline_schemas::Secret;
 use serde::Deserialize;
 
-use super::present;
+use super::{present, within, ConfigError};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -98,22 +97,20 @@ impl KafkaConfig {
 
 impl KafkaConfig {
     /// Checks the section; the error names the key.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if self.partitions == 0 || self.partitions > 65_536 || self.replication == 0 {
-            bail!("kafka.partitions must be in [1, 65536] and kafka.replication at least 1");
-        }
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        within("kafka.partitions", self.partitions, 1..=65_536)?;
+        within("kafka.replication", self.replication, 1..=i16::MAX as _)?;
         if let Some(mechanism) = present(&self.sasl_mechanism) {
             if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&mechanism) {
-                bail!("kafka.sasl_mechanism = {mechanism:?}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512");
+                invalid!("kafka.sasl_mechanism = {mechanism:?}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512");
             }
         }
         let sasl = matches!(self.security_protocol, KafkaSecurity::SaslPlaintext | KafkaSecurity::SaslSsl);
         if sasl && (present(&self.sasl_mechanism).is_none() || present(&self.sasl_username).is_none()) {
-            bail!("kafka.security_protocol = sasl_*: set kafka.sasl_mechanism and kafka.sasl_username (and the password)");
+            invalid!("kafka.security_protocol = sasl_*: set kafka.sasl_mechanism and kafka.sasl_username (and the password)");
         }
-        if !(6_000..=300_000).contains(&self.session_timeout_ms) {
-            bail!("kafka.session_timeout_ms must be in [6000, 300000] (the broker's default group limits)");
-        }
+        // The broker's default group limits.
+        within("kafka.session_timeout_ms", self.session_timeout_ms, 6_000..=300_000)?;
         Ok(())
     }
 }

@@ -1,7 +1,8 @@
 //! `[limits]`: bounds on what clients may send and what a project may hold.
 
-use anyhow::bail;
 use serde::Deserialize;
+
+use super::{at_least, within, ConfigError};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -85,51 +86,26 @@ impl LimitsConfig {
 
 impl LimitsConfig {
     /// Checks the section; the error names the key.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if !(1..=1_000_000).contains(&self.max_tools_per_list) {
-            bail!("limits.max_tools_per_list = {} must be in [1, 1000000]", self.max_tools_per_list);
-        }
-        if !(8..=128).contains(&self.max_schema_depth) {
-            bail!("limits.max_schema_depth = {} must be in [8, 128]", self.max_schema_depth);
-        }
-        if !(1_000..=100_000_000).contains(&self.max_ref_expansion_nodes) {
-            bail!(
-                "limits.max_ref_expansion_nodes = {} must be in [1000, 100000000]",
-                self.max_ref_expansion_nodes
-            );
-        }
-        if !(1 << 20..=1 << 40).contains(&self.max_tool_list_bytes_per_project) {
-            bail!(
-                "limits.max_tool_list_bytes_per_project = {} must be in [1048576, 1099511627776]",
-                self.max_tool_list_bytes_per_project
-            );
-        }
-        if !(1..=10_000_000).contains(&self.max_servers_per_project) {
-            bail!(
-                "limits.max_servers_per_project = {} must be in [1, 10000000]",
-                self.max_servers_per_project
-            );
-        }
-        if !(1..=100_000_000).contains(&self.max_tools_per_project) {
-            bail!("limits.max_tools_per_project = {} must be in [1, 100000000]", self.max_tools_per_project);
-        }
-        if !(1 << 20..=1 << 40).contains(&self.max_state_bytes_per_project) {
-            bail!(
-                "limits.max_state_bytes_per_project = {} must be in [1048576, 1099511627776]",
-                self.max_state_bytes_per_project
-            );
-        }
-        if !(1024..=1 << 40).contains(&self.tool_list_work_per_second) {
-            bail!(
-                "limits.tool_list_work_per_second = {} must be in [1024, 1099511627776]",
-                self.tool_list_work_per_second
-            );
-        }
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        at_least("limits.max_spans_per_batch", self.max_spans_per_batch, 1)?;
+        at_least("limits.max_body_bytes", self.max_body_bytes, 1)?;
+        within("limits.max_tools_per_list", self.max_tools_per_list, 1..=1_000_000)?;
+        within("limits.max_schema_depth", self.max_schema_depth, 8..=128)?;
+        within("limits.max_ref_expansion_nodes", self.max_ref_expansion_nodes, 1_000..=100_000_000)?;
+        within(
+            "limits.max_tool_list_bytes_per_project",
+            self.max_tool_list_bytes_per_project,
+            1 << 20..=1 << 40,
+        )?;
+        within("limits.max_servers_per_project", self.max_servers_per_project, 1..=10_000_000)?;
+        within("limits.max_tools_per_project", self.max_tools_per_project, 1..=100_000_000)?;
+        within("limits.max_state_bytes_per_project", self.max_state_bytes_per_project, 1 << 20..=1 << 40)?;
+        within("limits.tool_list_work_per_second", self.tool_list_work_per_second, 1024..=1 << 40)?;
         // A full bucket must let the costliest list the limits allow through.
         let costliest =
             driftline_detectors::tool_drift::list_work(self.max_body_bytes, self.max_ref_expansion_nodes);
         if self.tool_list_work_burst < costliest {
-            bail!(
+            invalid!(
                 "limits.tool_list_work_burst = {} is less than the costliest list the limits allow ({costliest}: limits.max_body_bytes = {} and 16 bytes for each of limits.max_ref_expansion_nodes = {})",
                 self.tool_list_work_burst,
                 self.max_body_bytes,

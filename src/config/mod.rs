@@ -2,6 +2,13 @@
 //! `DRIFTLINE__SECTION__KEY` environment variables. Unknown keys are an error; everything is validated
 //! before anything starts, with a message that names the key.
 
+/// Refuses the configuration with a message that names the key.
+macro_rules! invalid {
+    ($($message:tt)*) => {
+        return Err($crate::config::ConfigError::Invalid(format!($($message)*)))
+    };
+}
+
 mod auth;
 mod clickhouse;
 mod detector;
@@ -13,10 +20,11 @@ mod probe;
 mod server;
 mod storage;
 
+use std::fmt::Display;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::Path;
 
-use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use auth::KeysFile;
@@ -76,20 +84,19 @@ fn describe(err: config::ConfigError) -> String {
 impl Config {
     /// Reads a configuration from TOML text alone: no environment, and `keys_file` / `webhooks_file` are
     /// not read. Validated like [`Config::load`] (the fuzz target reads configurations this way).
-    #[allow(dead_code)] // the binary reads files with `load`; fuzz/fuzz_targets/config.rs calls this
-    pub fn from_toml(text: &str) -> anyhow::Result<Config> {
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
-            .context("cannot read the configuration")?
+            .map_err(|err| ConfigError::Unreadable(err.to_string()))?
             .try_deserialize()
-            .map_err(|err| anyhow::anyhow!("invalid configuration: {}", describe(err)))?;
+            .map_err(|err| ConfigError::Invalid(format!("invalid configuration: {}", describe(err))))?;
         config.validate()?;
         Ok(config)
     }
 
     /// Reads the defaults, the optional file and `DRIFTLINE__…` variables; every error names its key.
-    pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
         let mut builder = config::Config::builder();
         match file {
             Some(path) => builder = builder.add_source(config::File::from(path).required(true)),
@@ -103,9 +110,9 @@ impl Config {
         );
         let config: Config = builder
             .build()
-            .context("cannot read the configuration")?
+            .map_err(|err| ConfigError::Unreadable(err.to_string()))?
             .try_deserialize()
-            .map_err(|err| anyhow::anyhow!("invalid configuration: {}", describe(err)))?;
+            .map_err(|err| ConfigError::Invalid(format!("invalid configuration: {}", describe(err))))?;
         let mut config = config;
         if let Some(path) = config.auth.keys_file.clone() {
             let file: KeysFile = config::Config::builder()
@@ -114,7 +121,9 @@ impl Config {
                 )
                 .build()
                 .and_then(|c| c.try_deserialize())
-                .map_err(|err| anyhow::anyhow!("auth.keys_file = {}: {}", path.display(), describe(err)))?;
+                .map_err(|err| {
+                    ConfigError::Invalid(format!("auth.keys_file = {}: {}", path.display(), describe(err)))
+                })?;
             config.auth.keys.extend(file.keys);
         }
         if let Some(path) = config.notify.webhooks_file.clone() {
@@ -125,7 +134,11 @@ impl Config {
                 .build()
                 .and_then(|c| c.try_deserialize())
                 .map_err(|err| {
-                    anyhow::anyhow!("notify.webhooks_file = {}: {}", path.display(), describe(err))
+                    ConfigError::Invalid(format!(
+                        "notify.webhooks_file = {}: {}",
+                        path.display(),
+                        describe(err)
+                    ))
                 })?;
             config.notify.webhooks.extend(file.webhooks);
         }
@@ -135,10 +148,10 @@ impl Config {
 
     /// Whether a process that serves project data may listen on `server.bind`: beyond loopback only with
     /// API keys. A detector serves only health and metrics, so it may listen anywhere.
-    pub fn check_listener(&self, serves_data: bool) -> anyhow::Result<()> {
+    pub fn check_listener(&self, serves_data: bool) -> Result<(), ConfigError> {
         let bind = self.bind_address()?;
         if serves_data && self.auth.keys.is_empty() && !bind.ip().is_loopback() {
-            bail!(
+            invalid!(
                 "server.bind = {bind} is not a loopback address and no API keys are configured: \
                  add [[auth.keys]] (or auth.keys_file) or bind 127.0.0.1"
             );
@@ -146,7 +159,7 @@ impl Config {
         Ok(())
     }
 
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         self.bind_address()?;
         self.server.validate(&self.limits)?;
         self.auth.validate()?;
@@ -158,24 +171,62 @@ impl Config {
         self.limits.validate()?;
         let per_tool = driftline_detectors::tool_state_worst_case_bytes(&self.detector.thresholds());
         if self.limits.max_state_bytes_per_project < per_tool {
-            bail!(
+            invalid!(
                 "limits.max_state_bytes_per_project = {} holds no tool: one tool may hold up to {per_tool} bytes at detector.history_window = {} and detector.tool_return_value_max_bytes = {}",
                 self.limits.max_state_bytes_per_project,
                 self.detector.history_window,
                 self.detector.tool_return_value_max_bytes
             );
         }
-        if self.limits.max_spans_per_batch == 0 || self.limits.max_body_bytes == 0 {
-            bail!("limits.max_spans_per_batch and limits.max_body_bytes must be at least 1");
-        }
         Ok(())
     }
 
-    pub fn bind_address(&self) -> anyhow::Result<SocketAddr> {
-        self.server.bind.parse().with_context(|| {
-            format!("server.bind = {:?} is not an address like 127.0.0.1:8000", self.server.bind)
+    pub fn bind_address(&self) -> Result<SocketAddr, ConfigError> {
+        self.server.bind.parse().map_err(|err| {
+            ConfigError::Invalid(format!(
+                "server.bind = {:?} is not an address like 127.0.0.1:8000: {err}",
+                self.server.bind
+            ))
         })
     }
+}
+
+/// Why a configuration cannot be used. Every message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the configuration: {0}")]
+    Unreadable(String),
+    #[error("{key} = {value} is out of bounds: it must be in [{min}, {max}]")]
+    OutOfBounds { key: &'static str, value: String, min: String, max: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Checks a key against its range. The range is written once, here at the call: the check and the
+/// message both come from it.
+fn within<T: PartialOrd + Display>(
+    key: &'static str,
+    value: T,
+    range: RangeInclusive<T>,
+) -> Result<(), ConfigError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    let (min, max) = range.into_inner();
+    Err(ConfigError::OutOfBounds {
+        key,
+        value: value.to_string(),
+        min: min.to_string(),
+        max: max.to_string(),
+    })
+}
+
+/// Checks a key that has a floor and no ceiling of its own.
+fn at_least<T: PartialOrd + Display>(key: &'static str, value: T, min: T) -> Result<(), ConfigError> {
+    if value >= min {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid(format!("{key} = {value} must be at least {min}")))
 }
 
 #[cfg(test)]

@@ -2,10 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use serde::Deserialize;
 
-use super::present;
+use super::{present, within, ConfigError};
 
 /// Webhooks told of every new drift event and every DOWN/UP transition (`serve`, or `driftline notify`).
 #[derive(Debug, Clone, Deserialize)]
@@ -51,20 +50,19 @@ impl NotifyConfig {
 
 impl NotifyConfig {
     /// Checks the section; the error names the key.
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         for (index, webhook) in self.webhooks.iter().enumerate() {
             if let Err(reason) = webhook.check() {
-                bail!("notify.webhooks[{index}]: {reason}");
+                invalid!("notify.webhooks[{index}]: {reason}");
             }
         }
         if let Some(url) = present(&self.public_url) {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                bail!("notify.public_url = {url:?} must be an http:// or https:// address");
+                invalid!("notify.public_url = {url:?} must be an http:// or https:// address");
             }
         }
-        if !(1..=100_000).contains(&self.queue_capacity) || !(1..=100).contains(&self.max_attempts) {
-            bail!("notify.queue_capacity must be in [1, 100000] and notify.max_attempts in [1, 100]");
-        }
+        within("notify.queue_capacity", self.queue_capacity, 1..=100_000)?;
+        within("notify.max_attempts", self.max_attempts, 1..=100)?;
         Ok(())
     }
 }

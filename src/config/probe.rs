@@ -1,7 +1,8 @@
 //! `[probe]`: the MCP servers driftline probes itself.
 
-use anyhow::bail;
 use serde::Deserialize;
+
+use super::{at_least, ConfigError};
 
 /// Active probing of MCP servers (Streamable HTTP, SSE or stdio): their tool lists and whether they answer.
 #[derive(Debug, Clone, Deserialize)]
@@ -30,18 +31,17 @@ impl Default for ProbeConfig {
 
 impl ProbeConfig {
     /// Checks the section; the error names the key.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if self.interval_seconds == 0 || self.timeout_seconds == 0 {
-            bail!("probe.interval_seconds and probe.timeout_seconds must be at least 1");
-        }
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        at_least("probe.interval_seconds", self.interval_seconds, 1)?;
+        at_least("probe.timeout_seconds", self.timeout_seconds, 1)?;
         for (index, target) in self.servers.iter().enumerate() {
             if let Err(reason) = target.endpoint() {
-                bail!("probe.servers[{index}] ({}): {reason}", target.name);
+                invalid!("probe.servers[{index}] ({}): {reason}", target.name);
             }
         }
         let mut names = std::collections::HashSet::new();
         if let Some(target) = self.servers.iter().find(|t| !names.insert(t.name.as_str())) {
-            bail!("probe.servers: the name {:?} is used twice", target.name);
+            invalid!("probe.servers: the name {:?} is used twice", target.name);
         }
         Ok(())
     }

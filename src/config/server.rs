@@ -1,9 +1,8 @@
 //! `[server]`: the HTTP listener, its hosts and its connection and body limits.
 
-use anyhow::bail;
 use serde::Deserialize;
 
-use super::LimitsConfig;
+use super::{at_least, within, ConfigError, LimitsConfig};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -74,7 +73,7 @@ impl ServerConfig {
 
 impl ServerConfig {
     /// Checks the section; the error names the key.
-    pub fn validate(&self, limits: &LimitsConfig) -> anyhow::Result<()> {
+    pub fn validate(&self, limits: &LimitsConfig) -> Result<(), ConfigError> {
         for (index, host) in self.allowed_hosts.iter().enumerate() {
             let valid = !host.is_empty()
                 && host.len() <= 253
@@ -82,27 +81,21 @@ impl ServerConfig {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'));
             if !valid {
-                bail!("server.allowed_hosts[{index}] = {host:?}: a host name or address without port");
+                invalid!("server.allowed_hosts[{index}] = {host:?}: a host name or address without port");
             }
         }
-        if !(1..=1_000_000).contains(&self.max_connections) {
-            bail!("server.max_connections = {} must be in [1, 1000000]", self.max_connections);
-        }
+        within("server.max_connections", self.max_connections, 1..=1_000_000)?;
         // Above `max_connections` it simply does not bind.
-        if self.max_connections_per_peer == 0 {
-            bail!("server.max_connections_per_peer must be at least 1");
-        }
-        if !(1..=1_024).contains(&self.reserved_connections) {
-            bail!("server.reserved_connections = {} must be in [1, 1024]", self.reserved_connections);
-        }
+        at_least("server.max_connections_per_peer", self.max_connections_per_peer, 1)?;
+        within("server.reserved_connections", self.reserved_connections, 1..=1_024)?;
         if self.min_body_bytes_per_second > 1024 * 1024 {
-            bail!(
+            invalid!(
                 "server.min_body_bytes_per_second = {} must be at most 1048576",
                 self.min_body_bytes_per_second
             );
         }
         if self.max_body_bytes_in_flight < limits.max_body_bytes {
-            bail!(
+            invalid!(
                 "server.max_body_bytes_in_flight = {} must be at least limits.max_body_bytes = {}",
                 self.max_body_bytes_in_flight,
                 limits.max_body_bytes
@@ -113,9 +106,7 @@ impl ServerConfig {
             ("server.idle_timeout_seconds", self.idle_timeout_seconds),
             ("server.body_timeout_seconds", self.body_timeout_seconds),
         ] {
-            if !(1..=3_600).contains(&value) {
-                bail!("{key} = {value} must be in [1, 3600]");
-            }
+            within(key, value, 1..=3_600)?;
         }
         Ok(())
     }
