@@ -302,7 +302,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let app = app
         .layer(axum::middleware::from_fn_with_state(bodies, driftline_http::body::read_whole_body))
         .layer(axum::middleware::from_fn_with_state(Arc::new(guard), driftline_http::guard::guard))
-        .layer(axum::middleware::from_fn(driftline_http::metrics::track));
+        .layer(axum::middleware::from_fn(driftline_http::requests::track));
     let stopping = async move {
         tokio::select! {
             _ = shutdown_signal() => {}
@@ -387,7 +387,7 @@ async fn serve_operations(
         driftline_http::body::BodyReader::new(config.server.body_limits(config.limits.max_body_bytes));
     let app = app
         .layer(axum::middleware::from_fn_with_state(bodies, driftline_http::body::read_whole_body))
-        .layer(axum::middleware::from_fn(driftline_http::metrics::track));
+        .layer(axum::middleware::from_fn(driftline_http::requests::track));
     let limits = config.server.connection_limits();
     driftline_http::serve(listener, app, limits, shutdown_signal(), Duration::from_secs(10)).await?;
     let _ = stop.send(true);

@@ -270,6 +270,22 @@ fn layer_breaches(files: &BTreeMap<String, String>, folder: &str, layers: &[&[&s
     breaches
 }
 
+/// Rule: a crate's metrics are counted only in its `events.rs`, where each event writes its log line with
+/// them (`metrics.rs` defines them). A metric named or labelled anywhere else is counted apart from a log.
+fn metrics_counted_outside_events(files: &BTreeMap<String, String>) -> Vec<String> {
+    let names_a_metric = |text: &str| {
+        text.match_indices("metrics::")
+            .any(|(at, _)| text[at + "metrics::".len()..].starts_with(|c: char| c.is_ascii_uppercase()))
+            || text.contains(".with_label_values(")
+    };
+    files
+        .iter()
+        .filter(|(path, _)| !path.ends_with("/events.rs") && !path.ends_with("/metrics.rs"))
+        .filter(|(_, text)| names_a_metric(without_tests(text)))
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
 #[test]
 fn every_product_file_opens_with_a_module_comment() {
     let missing = missing_module_comments(&product_files());
@@ -293,6 +309,16 @@ fn no_product_file_is_longer_than_its_limit() {
         assert!(lines > MAX_LINES, "{path} has {lines} lines now: take it off the list in tests/tidy.rs");
         assert!(limit < lines + 50, "{path}: its limit {limit} leaves room to grow; set it near {lines}");
     }
+}
+
+#[test]
+fn metrics_are_counted_only_by_events() {
+    let outside = metrics_counted_outside_events(&product_files());
+    assert!(
+        outside.is_empty(),
+        "metrics counted outside an events.rs (add an event that logs and counts):\n{}",
+        outside.join("\n")
+    );
 }
 
 #[test]
@@ -377,6 +403,18 @@ fn rules_fail_on_what_they_forbid() {
             "a/src/f/lower.rs uses g.rs, which is not below it",
         ]
     );
+
+    let counted: BTreeMap<String, String> = [
+        ("a/src/events.rs", "//! Events.\nmetrics::SENT.with_label_values(&[\"x\"]).inc();\n"),
+        ("a/src/metrics.rs", "//! Metrics.\npub static SENT: () = ();\n"),
+        ("a/src/send.rs", "//! Send.\nmetrics::SENT.inc();\n"),
+        ("a/src/label.rs", "//! Label.\nSENT.with_label_values(&[\"x\"]).inc();\n"),
+        ("a/src/quiet.rs", "//! Quiet.\nuse crate::metrics;\nfn f() { metrics::gather(); }\n"),
+    ]
+    .into_iter()
+    .map(|(path, text)| (path.to_owned(), text.to_owned()))
+    .collect();
+    assert_eq!(metrics_counted_outside_events(&counted), ["a/src/label.rs", "a/src/send.rs"]);
 
     let dir = std::env::temp_dir().join(format!("driftline-tidy-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("src")).expect("temp crate");

@@ -4,6 +4,7 @@
 //! rate, and within a budget of body bytes the whole process holds at once. The handler then gets the body
 //! as one frame and reads it at no further cost.
 
+use crate::events::{Emit, RequestBodyRefused};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,8 +149,7 @@ pub async fn read_whole_body(
             response
         }
         Err(refused) => {
-            crate::metrics::BODIES_REFUSED.with_label_values(&[refused.reason()]).inc();
-            log_body_refused(parts.uri.path(), &refused);
+            RequestBodyRefused { path: parts.uri.path(), kind: refused.reason(), reason: &refused }.emit();
             let mut response = ApiError::new(refused.status(), refused.to_string()).into_response();
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
             response
@@ -217,12 +217,6 @@ async fn read(
 }
 
 /// One line per refused body, within the refusal log budget (`refusals.rs`).
-fn log_body_refused(path: &str, refused: &BodyRefused) {
-    crate::refusals::throttled("body", |unlogged| {
-        tracing::warn!(path, reason = %refused, unlogged_before = unlogged, "request body refused");
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;

@@ -14,6 +14,7 @@
 //! `/healthz`, `/readyz` and `/metrics` are never Host-checked: they hold no project data, and kubelet
 //! probes and Prometheus reach them by pod address.
 
+use crate::events::{Emit, GuardRefused};
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -31,8 +32,7 @@ pub struct LocalGuard {
 }
 
 fn refuse(status: StatusCode, message: String) -> Response {
-    tracing::warn!(status = status.as_u16(), reason = %message, "request refused by the local-mode guard");
-    crate::metrics::GUARD_REFUSALS.with_label_values(&[status.as_str()]).inc();
+    GuardRefused { status, reason: &message }.emit();
     (status, axum::Json(serde_json::json!({"error": message}))).into_response()
 }
 

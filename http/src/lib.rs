@@ -5,11 +5,13 @@
 pub mod auth;
 pub mod body;
 mod error;
+mod events;
 pub mod guard;
 pub mod metrics;
 mod params;
 pub mod readiness;
 pub mod refusals;
+pub mod requests;
 mod serve;
 
 pub use auth::{Admin, ApiKey, Auth, AuthError, Caller, Ingester, Principal, Reader, Scope};

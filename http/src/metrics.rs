@@ -2,17 +2,14 @@
 //! stage's metrics from the process-wide registry.
 
 use std::sync::LazyLock;
-use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
-use axum::http::{header, Method};
-use axum::middleware::Next;
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use prometheus::{
     register_histogram_vec, register_int_counter_vec, Encoder, HistogramVec, IntCounterVec, TextEncoder,
 };
 
-static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "driftline_http_requests_total",
         "HTTP requests by route and status",
@@ -21,7 +18,7 @@ static REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
-static LATENCY: LazyLock<HistogramVec> = LazyLock::new(|| {
+pub(crate) static LATENCY: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "driftline_http_request_duration_seconds",
         "HTTP request latency by route",
@@ -71,35 +68,6 @@ pub static CONNECTIONS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric names are static and valid")
 });
 
-/// Middleware: counts and times every request, and logs it, under its route template (not the raw path,
-/// which would make a label per server name).
-pub async fn track(request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
-    // Labels from a closed set: a client's made-up method must not become a new series for ever.
-    let method = match *request.method() {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        Method::PATCH => "PATCH",
-        _ => "other",
-    };
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let status = response.status().as_u16();
-    let seconds = started.elapsed().as_secs_f64();
-    REQUESTS.with_label_values(&[method, route.as_str(), &status.to_string()]).inc();
-    LATENCY.with_label_values(&[method, route.as_str()]).observe(seconds);
-    if status >= 500 {
-        tracing::warn!(%method, %route, status, seconds, "request failed");
-    } else {
-        tracing::debug!(%method, %route, status, seconds, "request served");
-    }
-    response
-}
-
 /// `GET /metrics` in the Prometheus text format.
 pub async fn metrics() -> Response {
     let mut buffer = Vec::new();
@@ -108,3 +76,11 @@ pub async fn metrics() -> Response {
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], buffer).into_response()
 }
+
+pub(crate) static PROCESS_FAILURES: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!(
+        "driftline_process_failures_total",
+        "Fatal failures (a detector worker that stopped): the process reports not ready and exits"
+    )
+    .expect("metric names are static and valid")
+});

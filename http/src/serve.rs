@@ -4,6 +4,7 @@
 //! and a deadline on connections that stop moving bytes (a stalled upload, a client that never reads its
 //! answer). Slow or idle clients cannot hold the server's memory or sockets, nor blind its probes.
 
+use crate::events::{ConnectionLimitReached, ConnectionRefusedPerPeer, Emit};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
@@ -165,15 +166,9 @@ pub async fn serve(
                 },
             };
         if reserved_slot || general.available_permits() == 0 {
-            crate::metrics::CONNECTIONS_AT_LIMIT.inc();
-            crate::refusals::throttled("connection_limit", |count| {
-                tracing::warn!(
-                    max_connections = limits.max_connections,
-                    reserved_connections = limits.reserved_connections,
-                    unlogged_before = count,
-                    "connection limit reached; only health, readiness and metrics are served beyond it"
-                );
-            });
+            let (max_connections, reserved_connections) =
+                (limits.max_connections, limits.reserved_connections);
+            ConnectionLimitReached { max_connections, reserved_connections }.emit();
         }
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -188,10 +183,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let Some(peer_slot) = peers.enter(peer.ip()) else {
-            crate::metrics::CONNECTIONS_REFUSED.with_label_values(&["per_peer"]).inc();
-            crate::refusals::throttled("connections_per_peer", |count| {
-                tracing::warn!(peer = %peer.ip(), limit = limits.max_connections_per_peer, unlogged_before = count, "connection refused: the address holds its share");
-            });
+            ConnectionRefusedPerPeer { peer: peer.ip(), limit: limits.max_connections_per_peer }.emit();
             // Best effort, never waiting on the client: the answer fits one segment of a fresh socket.
             let _ = stream.try_write(peer_refusal.as_bytes());
             continue;

@@ -2,6 +2,7 @@
 //! (return values go no further), and publishes keyed records. 202 means the bus has the data durably.
 //! A batch is accepted or rejected whole; a rejection names every bad element.
 
+mod events;
 pub mod list_budget;
 mod metrics;
 pub mod otlp;
@@ -18,9 +19,10 @@ use driftline_detectors::shape::{is_interim_result, record_from_span};
 use driftline_http::{server_name, ApiError, Auth, Ingester};
 use driftline_schemas::api::{ErrorBody, ErrorDetail};
 use driftline_schemas::{
-    ProjectName, ServerSurfaces, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits, ToolListSnapshot,
-    ToolListTooLarge, ToolName,
+    ProjectName, ServerName, ServerSurfaces, SnapshotSource, Timestamp, ToolCallSpan, ToolListLimits,
+    ToolListSnapshot, ToolListTooLarge, ToolName,
 };
+use events::{Emit, Outcome, ShapeRecorded, SpanBatchReceived, ToolListReceived, TracesReceived};
 use list_budget::ListWorkBudget;
 pub use list_budget::ListWorkLimits;
 use serde::Deserialize;
@@ -111,17 +113,19 @@ async fn spans(
     body: Body,
 ) -> Result<Response, ApiError> {
     let result = accept_spans(&state, &who.project, &headers, body).await;
-    let label = match &result {
-        Ok(_) => "accepted",
-        Err(err) if err.status == StatusCode::SERVICE_UNAVAILABLE => "unavailable",
-        Err(_) => "rejected",
-    };
-    let count = result.as_ref().map_or(1, |count| *count as u64);
-    metrics::SPANS.with_label_values(&[label]).inc_by(count);
-    if label != "accepted" {
-        tracing::info!(project = %who.project, result = label, "span batch refused");
-    }
+    let spans = result.as_ref().map_or(1, |count| *count as u64);
+    SpanBatchReceived { project: &who.project, outcome: outcome_of(&result), spans }.emit();
     result.map(|count| accepted(json!({"accepted": count})))
+}
+
+/// What became of a request, for its counter: 503 is the bus, 429 a budget, any other error the data.
+fn outcome_of<T>(result: &Result<T, ApiError>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Accepted,
+        Err(err) if err.status == StatusCode::SERVICE_UNAVAILABLE => Outcome::Unavailable,
+        Err(err) if err.status == StatusCode::TOO_MANY_REQUESTS => Outcome::OverBudget,
+        Err(_) => Outcome::Rejected,
+    }
 }
 
 /// Validates, fingerprints and publishes one batch; returns how many spans it accepted.
@@ -183,11 +187,7 @@ fn parse_body<'a, T: Deserialize<'a>>(bytes: &'a [u8], expected: &str) -> Result
 /// shape) is counted apart from values that are absent.
 fn count_outcome(span: &ToolCallSpan, record: &driftline_schemas::ToolCallRecord) {
     let interim = span.return_value.as_deref().is_some_and(|raw| is_interim_result(raw.get()));
-    if interim {
-        tracing::debug!(server = %span.server, tool = %span.tool, span_id = %span.span_id, "interim result: not the tool's answer");
-    }
-    let outcome = if interim { "input_required" } else { record.shape_outcome.as_str() };
-    metrics::SHAPE_OUTCOMES.with_label_values(&[outcome]).inc();
+    ShapeRecorded { outcome: record.shape_outcome, interim, span }.emit();
 }
 
 fn read_span(element: &RawValue, project: &ProjectName) -> Result<ToolCallSpan, String> {
@@ -335,8 +335,25 @@ async fn tool_list(
     Path(name): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let name = server_name(&name)?;
-    let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
+    let result = accept_tool_list(&state, &who.project, &name, &headers, body).await;
+    let detail: &dyn std::fmt::Display = match &result {
+        Ok((_, count)) => count,
+        Err(err) => &err.body.error,
+    };
+    ToolListReceived { project: &who.project, server: &name, outcome: outcome_of(&result), detail }.emit();
+    result.map(|(name, count)| accepted(json!({"server": name, "tools": count})))
+}
+
+/// Checks a tool list and puts it on the bus: the server's name and the list's tool count.
+async fn accept_tool_list(
+    state: &IngestState,
+    project: &ProjectName,
+    name: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(ServerName, usize), ApiError> {
+    let name = server_name(name)?;
+    let bytes = read_body(headers, body, state.limits.max_body_bytes).await?;
     let ToolListBody { tools, captured_at, source, surfaces } = read_tool_list(&bytes, (state.clock)())?;
     let limits = &state.limits.tool_lists;
     let checked = driftline_detectors::tool_drift::check_tool_list_work(limits, &tools, bytes.len())
@@ -349,16 +366,8 @@ async fn tool_list(
             err @ (ToolListTooLarge::Tools(..)
             | ToolListTooLarge::RefExpansion(..)
             | ToolListTooLarge::SurfaceEntries(..)),
-        ) => {
-            metrics::TOOL_LISTS.with_label_values(&["rejected"]).inc();
-            tracing::info!(project = %who.project, server = %name, reason = %err, "tool list refused");
-            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, err.to_string()));
-        }
-        Err(err) => {
-            metrics::TOOL_LISTS.with_label_values(&["rejected"]).inc();
-            tracing::info!(project = %who.project, server = %name, reason = %err, "tool list refused");
-            return Err(ApiError::bad_request(err.to_string()));
-        }
+        ) => return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, err.to_string())),
+        Err(err) => return Err(ApiError::bad_request(err.to_string())),
     };
     let mut problems = Vec::new();
     let mut names = std::collections::BTreeSet::new();
@@ -386,16 +395,14 @@ async fn tool_list(
         .with_details(problems));
     }
     // Charged once the list is known good: a refused list costs the detector nothing.
-    if let Err(over) = state.list_budget.take(&who.project, work, std::time::Instant::now()) {
-        metrics::TOOL_LISTS.with_label_values(&["over_budget"]).inc();
+    if let Err(over) = state.list_budget.take(project, work, std::time::Instant::now()) {
         let retry_after = over.retry_after.as_secs().max(1);
         let budget = state.list_budget.limits();
-        tracing::info!(project = %who.project, server = %name, work, retry_after, "tool list over its project's budget");
         let mut refused = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             format!(
                 "this list costs the detector {work} bytes of schema work and project {} has sent more than its budget (limits.tool_list_work_per_second = {}, limits.tool_list_work_burst = {}): send it again in {retry_after} s",
-                who.project, budget.per_second, budget.burst
+                project, budget.per_second, budget.burst
             ),
         );
         refused.retry_after = Some(u32::try_from(retry_after).unwrap_or(u32::MAX));
@@ -403,7 +410,7 @@ async fn tool_list(
     }
     let snapshot = ToolListSnapshot {
         schema_version: driftline_schemas::SCHEMA_VERSION,
-        project: who.project.clone(),
+        project: project.clone(),
         server: name.clone(),
         captured_at,
         source,
@@ -418,12 +425,9 @@ async fn tool_list(
         .publish(vec![Message { topic: Topic::ToolLists, key: snapshot.key().to_string(), payload }])
         .await
     {
-        metrics::TOOL_LISTS.with_label_values(&["unavailable"]).inc();
         return Err(err.into());
     }
-    metrics::TOOL_LISTS.with_label_values(&["accepted"]).inc();
-    tracing::debug!(project = %who.project, server = %name, tools = count, "tool list accepted");
-    Ok(accepted(json!({"server": name, "tools": count})))
+    Ok((name, count))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -576,14 +580,26 @@ async fn traces(
     let accepted_count = messages.len() as u64;
     if !messages.is_empty() {
         if let Err(err) = state.producer.publish(messages).await {
-            metrics::OTLP_SPANS.with_label_values(&["unavailable"]).inc_by(accepted_count);
+            TracesReceived {
+                project: &who.project,
+                tool_calls: accepted_count,
+                skipped: 0,
+                rejected: 0,
+                unavailable: true,
+            }
+            .emit();
             return Err(err.into());
         }
     }
-    metrics::OTLP_SPANS.with_label_values(&["tool_call"]).inc_by(accepted_count);
-    metrics::OTLP_SPANS.with_label_values(&["skipped"]).inc_by(mapped.skipped);
-    metrics::OTLP_SPANS.with_label_values(&["rejected"]).inc_by(rejected.len() as u64);
-    tracing::debug!(project = %who.project, tool_calls = accepted_count, skipped = mapped.skipped, rejected = rejected.len(), "otlp traces ingested");
+    let rejected_count = rejected.len() as u64;
+    TracesReceived {
+        project: &who.project,
+        tool_calls: accepted_count,
+        skipped: mapped.skipped,
+        rejected: rejected_count,
+        unavailable: false,
+    }
+    .emit();
     Ok(otlp_response(encoding, &rejected))
 }
 

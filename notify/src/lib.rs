@@ -4,9 +4,11 @@
 //! (its cursor), so a restart neither loses nor repeats more than the notification in flight, and a slow or
 //! failing receiver never touches detection.
 
+mod events;
 mod format;
 mod metrics;
 
+use events::{Delivery, Emit, NotificationDelivered, QueueMeasured};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -220,40 +222,68 @@ pub async fn run(
         }
         while queue.len() > settings.queue_capacity {
             if let Some(oldest) = queue.pop_front() {
-                metrics::NOTIFICATIONS.with_label_values(&[&id, "dropped"]).inc();
-                tracing::warn!(webhook = %id, notification = %oldest.notification.id, "notification dropped: the queue is full");
-                record(store.as_ref(), &id, &oldest.notification.id, "dropped").await;
+                let delivery = Delivery::Dropped;
+                NotificationDelivered {
+                    webhook: &id,
+                    notification: &oldest.notification,
+                    attempts: oldest.attempts,
+                    delivery,
+                    reason: None,
+                }
+                .emit();
+                record(store.as_ref(), &id, &oldest.notification.id, delivery.as_str()).await;
                 queued.remove(&oldest.notification.id);
             }
         }
-        metrics::QUEUE_DEPTH.with_label_values(&[&id]).set(queue.len() as i64);
+        QueueMeasured { webhook: &id, depth: queue.len() }.emit();
         let wait = match queue.front_mut() {
             None => settings.poll,
             Some(head) => {
                 head.attempts += 1;
                 match deliver(&client, &webhook, &head.notification, settings.public_url.as_deref()).await {
                     Ok(()) => {
-                        metrics::NOTIFICATIONS.with_label_values(&[&id, "sent"]).inc();
-                        tracing::info!(webhook = %id, notification = %head.notification.id, kind = head.notification.kind.as_str(), server = %head.notification.server_name, "notification sent");
+                        let delivery = Delivery::Sent;
+                        NotificationDelivered {
+                            webhook: &id,
+                            notification: &head.notification,
+                            attempts: head.attempts,
+                            delivery,
+                            reason: None,
+                        }
+                        .emit();
                         let done = head.notification.id.clone();
-                        record(store.as_ref(), &id, &done, "sent").await;
+                        record(store.as_ref(), &id, &done, delivery.as_str()).await;
                         queue.pop_front();
                         queued.remove(&done);
                         Duration::ZERO
                     }
                     Err(reason) if head.attempts >= settings.max_attempts => {
-                        metrics::NOTIFICATIONS.with_label_values(&[&id, "failed"]).inc();
-                        tracing::error!(webhook = %id, notification = %head.notification.id, attempts = head.attempts, %reason, "notification given up");
+                        let delivery = Delivery::Failed;
+                        NotificationDelivered {
+                            webhook: &id,
+                            notification: &head.notification,
+                            attempts: head.attempts,
+                            delivery,
+                            reason: Some(&reason),
+                        }
+                        .emit();
                         let done = head.notification.id.clone();
-                        record(store.as_ref(), &id, &done, "failed").await;
+                        record(store.as_ref(), &id, &done, delivery.as_str()).await;
                         queue.pop_front();
                         queued.remove(&done);
                         Duration::ZERO
                     }
                     Err(reason) => {
-                        metrics::NOTIFICATIONS.with_label_values(&[&id, "retried"]).inc();
                         let wait = backoff(head.attempts);
-                        tracing::warn!(webhook = %id, notification = %head.notification.id, attempts = head.attempts, retry_in_s = wait.as_secs(), %reason, "notification not delivered; retrying");
+                        let delivery = Delivery::Retried { wait };
+                        NotificationDelivered {
+                            webhook: &id,
+                            notification: &head.notification,
+                            attempts: head.attempts,
+                            delivery,
+                            reason: Some(&reason),
+                        }
+                        .emit();
                         wait
                     }
                 }

@@ -6,11 +6,13 @@
 //! triggers a probe at once; a session that ends (a child that exits) is probed at once, found DOWN, and
 //! reconnected with capped exponential backoff.
 
+mod events;
 mod metrics;
 mod sse;
 mod stdio;
 mod target;
 
+use events::{Emit, ProbeFailed, ProbeSucceeded};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -421,8 +423,7 @@ pub async fn run(
         match result {
             Ok((tools, surfaces)) => {
                 failures = 0;
-                metrics::PROBES.with_label_values(&["up"]).inc();
-                tracing::debug!(server = %target.name, tools = tools.len(), latency_ms, "probe succeeded");
+                ProbeSucceeded { server: &target.name, tools: tools.len(), latency_ms }.emit();
                 let snapshot = ToolListSnapshot {
                     schema_version: driftline_schemas::SCHEMA_VERSION,
                     project: settings.project.clone(),
@@ -437,8 +438,8 @@ pub async fn run(
             }
             Err(err) => {
                 failures = failures.saturating_add(1);
-                metrics::PROBES.with_label_values(&["down"]).inc();
-                tracing::info!(server = %target.name, endpoint = %endpoint.describe(), error = %err, failures, "probe failed");
+                ProbeFailed { server: &target.name, endpoint: &endpoint.describe(), error: &err, failures }
+                    .emit();
                 // Drop the session: the next probe starts with a fresh initialize (and a fresh child).
                 if let Some(open) = session.take() {
                     open.close(matches!(err, ProbeError::Timeout(_))).await;

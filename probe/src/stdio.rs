@@ -9,7 +9,7 @@ use rmcp::transport::TokioChildProcess;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::ChildStderr;
 
-use crate::metrics;
+use crate::events::{Emit, StderrSuppressed};
 use crate::target::StdioCommand;
 
 /// Longest stderr line logged; the rest of a longer line is logged as further lines.
@@ -88,7 +88,6 @@ async fn forward_stderr(server: String, stderr: ChildStderr) {
 
 fn report_suppressed(server: &str, lines: u64) {
     if lines > 0 {
-        metrics::STDERR_SUPPRESSED.inc_by(lines);
-        tracing::warn!(server, lines, "mcp server stderr lines not logged (rate limit)");
+        StderrSuppressed { server, lines }.emit();
     }
 }

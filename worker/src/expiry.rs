@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::events::{Emit, ExpiryFailed, StoredRowsExpired};
 use driftline_schemas::Timestamp;
 use driftline_store::DetectorStore;
-
-use crate::metrics;
 
 /// How often expired rows are looked for: retention is counted in hours and days.
 pub const EXPIRE_EVERY: Duration = Duration::from_secs(3600);
@@ -40,14 +39,9 @@ pub fn spawn(
             match expired {
                 Ok(0) => tracing::debug!("no stored rows past their retention"),
                 Ok(rows) => {
-                    metrics::EXPIRED_ROWS.inc_by(rows);
-                    let elapsed_ms = started.elapsed().as_millis() as u64;
-                    tracing::info!(rows, elapsed_ms, "stored rows past their retention removed");
+                    StoredRowsExpired { rows, elapsed_ms: started.elapsed().as_millis() as u64 }.emit()
                 }
-                Err(err) => {
-                    metrics::EXPIRY_FAILURES.inc();
-                    tracing::warn!(error = %err, "stored rows past their retention not removed; trying again later");
-                }
+                Err(err) => ExpiryFailed(&err).emit(),
             }
         }
     })

@@ -6,8 +6,9 @@ use driftline_bus::Consumer;
 use driftline_schemas::{ServerKey, Timestamp, ToolKey};
 use driftline_store::{Batch, Forgotten};
 
+use crate::events::{Emit, QuarantinedKeys, UnseenToolsForgotten};
 use crate::state::Outputs;
-use crate::{metrics, Worker};
+use crate::Worker;
 
 impl<C: Consumer> Worker<C> {
     /// Drops a tool's state (and a quarantine of its key): its project's limits count it no more, and the
@@ -20,7 +21,7 @@ impl<C: Consumer> Worker<C> {
         }
         if held || quarantined {
             batch.forgotten.push(Forgotten::Tool(key.clone()));
-            metrics::QUARANTINED_KEYS.set(self.quarantined.len() as i64);
+            QuarantinedKeys(self.quarantined.len()).emit();
         }
         held || quarantined
     }
@@ -35,7 +36,7 @@ impl<C: Consumer> Worker<C> {
         }
         if held || quarantined {
             batch.forgotten.push(Forgotten::Server(key.clone()));
-            metrics::QUARANTINED_KEYS.set(self.quarantined.len() as i64);
+            QuarantinedKeys(self.quarantined.len()).emit();
         }
         held || quarantined
     }
@@ -72,12 +73,7 @@ impl<C: Consumer> Worker<C> {
             out.dirty.tools.remove(key);
         }
         if !unseen.is_empty() {
-            metrics::FORGOTTEN_TOOLS.inc_by(unseen.len() as u64);
-            tracing::info!(
-                tools = unseen.len(),
-                unseen_for_seconds = after.as_secs(),
-                "tools unseen too long forgotten"
-            );
+            UnseenToolsForgotten { tools: unseen.len(), unseen_for_seconds: after.as_secs() }.emit();
         }
     }
 }

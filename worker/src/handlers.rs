@@ -20,12 +20,16 @@ use serde_json::json;
 
 use crate::declarations::{declaration_messages, DeclaredBefore};
 use crate::decode::Input;
+use crate::events::{
+    BaselineEstablished, CallRepeated, DeclaredOutputMismatched, DriftEventFound, Emit, RecordDeadLettered,
+    ShapeDriftSignalled,
+};
 use crate::keys;
 use crate::refusal::{Refusal, RefusalKind};
 use crate::state::Outputs;
 use crate::tool_lists;
 use crate::views::server_row;
-use crate::{metrics, repeats, Worker};
+use crate::{repeats, Worker};
 
 pub(crate) fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
     for output in outputs {
@@ -35,15 +39,17 @@ pub(crate) fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
                     .iter()
                     .filter(|(_, f)| f.severity == driftline_schemas::Severity::High)
                     .count();
-                tracing::info!(hash = %short_hash(&hash), tool_count, flags = security_flags.len(), high, "baseline established");
+                let short_hash = short_hash(&hash);
+                BaselineEstablished {
+                    short_hash: &short_hash,
+                    tool_count,
+                    flags: security_flags.len(),
+                    high,
+                }
+                .emit();
             }
             ToolListOutput::DriftEvent(event) => {
-                tracing::info!(server = %event.server_name, id = %event.id, changes = event.changes.len(), max = ?event.max_classification, severity = ?event.max_severity, "tool-list drift");
-                let classification = event.max_classification.map_or("none", |c| c.as_str());
-                metrics::DRIFT_EVENTS.with_label_values(&[classification]).inc();
-                if event.max_severity == Some(driftline_schemas::Severity::High) {
-                    metrics::HIGH_SEVERITY_EVENTS.inc();
-                }
+                DriftEventFound(&event).emit();
                 batch.notifications.push(Notification::drift(&event));
                 batch.events.push(event);
             }
@@ -120,8 +126,7 @@ impl<C: Consumer> Worker<C> {
                     })
                 }
                 Input::Call { repeat: true, .. } => {
-                    metrics::REPEATED_CALLS.inc();
-                    tracing::debug!(key = %record.key, offset = record.position.offset, "call sent again: counted once");
+                    CallRepeated(record).emit();
                     Ok(())
                 }
                 Input::Declaration(declaration) => self
@@ -132,12 +137,8 @@ impl<C: Consumer> Worker<C> {
         };
         if let Err(refusal) = &outcome {
             self.dead_letters += 1;
-            metrics::DEAD_LETTERS.with_label_values(&[refusal.kind.as_str()]).inc();
             self.dead_letter_counts.add(record, refusal);
-            // `suppressed`: dead letters since the last line that got none (the metric counts them all).
-            if let Some(suppressed) = self.dead_letter_lines.take(std::time::Instant::now()) {
-                tracing::warn!(topic = record.topic.as_str(), key = %record.key, offset = record.position.offset, kind = refusal.kind.as_str(), reason = %refusal.reason, suppressed, "unusable record skipped");
-            }
+            RecordDeadLettered { record, refusal, lines: &mut self.dead_letter_lines }.emit();
         }
         outcome
     }
@@ -255,16 +256,13 @@ impl<C: Consumer> Worker<C> {
         state.last_seen = Some(record.appended_at);
         if let Some(firing) = state.shape.observe((&call).into(), &thresholds) {
             let signal = shape_drift::signal(&call, record.position, firing);
-            tracing::info!(key = %key, fingerprint = %signal.fingerprint, ranking = signal.ranking.as_str(), "return shape drift");
-            metrics::SHAPE_SIGNALS.with_label_values(&[signal.ranking.as_str()]).inc();
+            ShapeDriftSignalled { key: &key, signal: &signal }.emit();
             out.batch.signals.push(signal);
         }
         let firing = state.contract.observe((&call).into(), &call.span_id, call.started_at, &thresholds);
         if let (Some(firing), Some(declared)) = (firing, state.contract.declared()) {
             let signal = contract::signal(&call, record.position, firing, declared);
-            let paths: Vec<String> = signal.reasons.iter().map(ToString::to_string).collect();
-            tracing::info!(key = %key, fingerprint = %signal.fingerprint, declared = %signal.baseline_hash, reasons = ?paths, "returns mismatch the declared output");
-            metrics::MISMATCH_SIGNALS.inc();
+            DeclaredOutputMismatched { key: &key, signal: &signal }.emit();
             out.batch.notifications.push(Notification::output_mismatch(&signal));
             out.batch.signals.push(signal);
         }

@@ -7,7 +7,10 @@ use std::time::Duration;
 use driftline_bus::{Consumer, Positions};
 use driftline_store::StoreError;
 
-use crate::{metrics, Worker, WorkerError, LAG_REFRESH};
+use crate::events::{
+    BatchStored, BusRecordsReleased, BusReleaseFailed, Emit, LagMeasured, OldestUnprocessed,
+};
+use crate::{Worker, WorkerError, LAG_REFRESH};
 
 /// A batch handed to the store whose write has not been seen to finish.
 pub(crate) struct InFlight {
@@ -77,13 +80,11 @@ impl<C: Consumer> Worker<C> {
             };
             match released.await {
                 Ok(records) => {
-                    metrics::RELEASED_RECORDS.inc_by(records);
-                    tracing::debug!(records, ?positions, "bus records released");
+                    BusRecordsReleased { records, positions: &positions }.emit();
                     true
                 }
                 Err(err) => {
-                    metrics::RELEASE_FAILURES.inc();
-                    tracing::warn!(error = %err, "bus records not released; trying again later");
+                    BusReleaseFailed(&err).emit();
                     false
                 }
             }
@@ -128,35 +129,24 @@ impl<C: Consumer> Worker<C> {
             release_freed_memory(list_bytes);
         }
         self.rollup_marks.extend(positions.iter().map(|(s, o)| (*s, *o)));
-        metrics::ROLLUP_ROWS.with_label_values(&["written"]).inc_by(rollup_rows as u64);
-        let seconds = took.as_secs_f64();
-        metrics::FLUSH_SECONDS.observe(seconds);
-        metrics::BATCH_SIZE.observe(records as f64);
         self.positions.extend(positions);
         self.consumer.commit(&self.positions).await?;
         self.release_stored().await;
         let lag = self.report_lag().await?;
         if lag == 0 {
-            metrics::OLDEST_UNPROCESSED.set(0.0);
+            OldestUnprocessed(0.0).emit();
         }
         self.report_recent();
-        metrics::STATE_KEYS.with_label_values(&["server"]).set(self.servers.len() as i64);
-        metrics::STATE_KEYS.with_label_values(&["tool"]).set(self.tools.len() as i64);
-        tracing::debug!(records, rollup_rows, seconds, lag, "batch stored");
+        let (server_keys, tool_keys) = (self.servers.len(), self.tools.len());
+        BatchStored { records, rollup_rows, seconds: took.as_secs_f64(), lag, server_keys, tool_keys }.emit();
         Ok(())
     }
 
     /// Sets the lag gauges (total and per owned partition; partitions moved away lose their series).
     pub(crate) async fn report_lag(&mut self) -> Result<u64, WorkerError> {
         let lags = self.consumer.lag(&self.positions).await?;
-        for gone in self.lag_labels.iter().filter(|label| !lags.contains_key(*label)) {
-            let _ = metrics::PARTITION_LAG.remove_label_values(&[gone.as_str()]);
-        }
-        for (partition, lag) in &lags {
-            metrics::PARTITION_LAG.with_label_values(&[partition.as_str()]).set(*lag as i64);
-        }
+        LagMeasured { lags: &lags, gone: &self.lag_labels }.emit();
         let total: u64 = lags.values().sum();
-        metrics::LAG.set(total as i64);
         self.lag_labels = lags.into_keys().collect();
         Ok(total)
     }

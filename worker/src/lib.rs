@@ -8,6 +8,7 @@
 mod dead_letters;
 mod declarations;
 mod decode;
+mod events;
 pub mod expiry;
 mod fair;
 mod forget;
@@ -38,6 +39,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::events::{
+    BatchClosedEarly, BatchRetried, DeclarationsPublished, Emit, OldestUnprocessed, RecordRead,
+};
 use driftline_bus::{BusError, Consumer, Delivered, Positions, Producer, Release};
 use driftline_detectors::contract::ToolContractState;
 use driftline_detectors::shape_drift::ToolShapeState;
@@ -314,13 +318,13 @@ impl<C: Consumer> Worker<C> {
             self.finish_in_flight().await?;
             // The lag gauges still follow the partitions (watermarks refresh in the background).
             if self.report_lag().await? == 0 {
-                metrics::OLDEST_UNPROCESSED.set(0.0);
+                OldestUnprocessed(0.0).emit();
             }
             return Ok(Progress { records: 0 });
         }
         // The oldest record not processed yet is among those just read (each partition's next one).
         if let Some(oldest) = records.iter().map(|r| r.appended_at).min() {
-            metrics::OLDEST_UNPROCESSED.set(age_seconds(oldest));
+            OldestUnprocessed(age_seconds(oldest)).emit();
         }
         // The gauge last read the bus while idle: a long first batch would leave it at 0 with these records
         // waiting. Only a gauge: a bus that cannot answer now does not fail the batch.
@@ -342,7 +346,7 @@ impl<C: Consumer> Worker<C> {
             if left.leaves(index, record, started.elapsed() >= self.settings.max_batch_time) {
                 continue;
             }
-            metrics::RECORDS.with_label_values(&[record.topic.as_str()]).inc();
+            RecordRead(record).emit();
             if let Err(refusal) = self.process(
                 record,
                 inputs[index]
@@ -356,8 +360,7 @@ impl<C: Consumer> Worker<C> {
         }
         let processed = records.len() - left.count();
         if left.count() > 0 {
-            metrics::CARRIED_RECORDS.inc_by(left.count() as u64);
-            tracing::debug!(processed, carried = left.count(), streams = ?left.streams(), "batch closed at its time budget: tool-list streams carried over");
+            BatchClosedEarly { processed, carried: left.count(), streams: &left.streams() }.emit();
         }
         self.carried = left.take(records);
         let Outputs { mut batch, dirty, declarations } = out;
@@ -377,8 +380,7 @@ impl<C: Consumer> Worker<C> {
             let count = declarations.len();
             published = sink.publish(declarations).await;
             if published.is_ok() {
-                metrics::DECLARATIONS.inc_by(count as u64);
-                tracing::debug!(count, "output declarations published");
+                DeclarationsPublished(count).emit();
             }
         }
         // When the batch is not stored, memory holds state it changed: go back to what the store holds
@@ -449,8 +451,7 @@ impl<C: Consumer> Worker<C> {
                     }
                 }
                 Err(err) => {
-                    metrics::RETRIES.inc();
-                    tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "detector batch failed; retrying");
+                    BatchRetried { error: &err, retry_in_ms: backoff.as_millis() as u64 }.emit();
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
                         _ = shutdown.changed() => {}

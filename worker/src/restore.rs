@@ -7,8 +7,9 @@ use driftline_bus::Consumer;
 use driftline_schemas::{DetectorThresholds, ProjectName, ServerKey, Timestamp, ToolKey};
 use driftline_store::{DetectorState, RepeatLookup, Resume, Streams};
 
+use crate::events::{Emit, PartitionsChanged, QuarantinedKeys, RepeatMemoryMeasured};
 use crate::rollups::ROLLUP_MARK;
-use crate::{metrics, repeats, ToolState, Worker, WorkerError, SETTINGS_REFRESH};
+use crate::{repeats, ToolState, Worker, WorkerError, SETTINGS_REFRESH};
 
 /// Every project's stored settings; a row whose project is not a valid name (written by hand) is skipped.
 pub(crate) fn project_settings(
@@ -90,18 +91,18 @@ impl<C: Consumer> Worker<C> {
     /// The gauges of what [`Worker::recent`] holds, and the identities it let go early.
     pub(crate) fn report_recent(&mut self) {
         let evicted = self.recent.take_evicted();
-        if evicted > 0 {
-            metrics::REPEAT_EVICTED.inc_by(evicted);
-            if let Some(suppressed) = self.dead_letter_lines.take(std::time::Instant::now()) {
-                tracing::warn!(evicted, capacity = self.recent.capacity(), suppressed, "call identities left memory before their repeat window ended (detector.repeat_memory_bytes): a retry of one is counted again");
-            }
-        }
-        metrics::REPEAT_IDENTITIES.set(self.recent.len() as i64);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let horizon = self.recent.oldest().map_or(0, |oldest| (now - oldest).max(0)) as f64 / 1e3;
-        metrics::REPEAT_HORIZON.set(horizon.min(f64::from(self.settings.repeat_window_hours) * 3600.0));
+        RepeatMemoryMeasured {
+            held: self.recent.len(),
+            capacity: self.recent.capacity(),
+            evicted,
+            horizon_seconds: horizon.min(f64::from(self.settings.repeat_window_hours) * 3600.0),
+            lines: &mut self.dead_letter_lines,
+        }
+        .emit();
     }
 
     /// Adds stored state, positions and settings to what memory holds.
@@ -130,7 +131,7 @@ impl<C: Consumer> Worker<C> {
                 self.quarantined.insert(key, format!("its stored {kind} state cannot be read ({err})"));
             }
         }
-        metrics::QUARANTINED_KEYS.set(self.quarantined.len() as i64);
+        QuarantinedKeys(self.quarantined.len()).emit();
         self.keys_held.recount(self.servers.keys(), self.tools.keys());
         self.thresholds = project_settings(resume.settings);
         self.settings_read_at = std::time::Instant::now();
@@ -150,13 +151,13 @@ impl<C: Consumer> Worker<C> {
             }
             return Ok(());
         };
-        metrics::REBALANCES.inc();
+        let owned = self.consumer.owned().map_or(0, |owned| owned.len());
+        PartitionsChanged { assigned: &change.assigned, revoked: &change.revoked, owned }.emit();
         // The batch in flight holds records of the partitions moved away: it is stored before they go.
         // (Should it fail, the change is not lost: the reload that follows reads what is owned now.)
         self.finish_in_flight().await?;
         // Rows of partitions moved away may be written by their new owner from now on.
         self.rollups.clear();
-        metrics::OWNED_PARTITIONS.set(self.consumer.owned().map_or(0, |owned| owned.len()) as i64);
         let revoked: BTreeSet<u32> = change.revoked.iter().copied().collect();
         let servers = &self.servers;
         self.list_texts.retain(|key| servers.stream(key).is_none_or(|s| !revoked.contains(&s)));

@@ -7,7 +7,8 @@ use driftline_bus::Consumer;
 use driftline_schemas::ToolKey;
 use driftline_store::{Batch, DetectorState, StoreError};
 
-use crate::{metrics, Worker, WorkerError};
+use crate::events::{Emit, RollupRowsLoaded, RollupsBackfilled};
+use crate::{Worker, WorkerError};
 
 /// The state row that says up to where a stream's calls are in rollups.
 pub(crate) const ROLLUP_MARK: &str = "rollups";
@@ -51,8 +52,9 @@ impl<C: Consumer> Worker<C> {
             ..Default::default()
         };
         self.store.apply(batch).await?;
-        metrics::ROLLUP_ROWS.with_label_values(&["backfilled"]).inc_by(count as u64);
-        tracing::info!(streams = ?pending.keys().collect::<Vec<_>>(), tools = tools.len(), rows = count, seconds = started.elapsed().as_secs_f64(), "rollups rebuilt from stored calls");
+        let streams = pending.keys().collect::<Vec<_>>();
+        let seconds = started.elapsed().as_secs_f64();
+        RollupsBackfilled { streams: &streams, tools: tools.len(), rows: count, seconds }.emit();
         self.rollup_marks.extend(pending);
         Ok(())
     }
@@ -63,8 +65,7 @@ impl<C: Consumer> Worker<C> {
         let missing = self.rollups.missing(batch.calls.iter().map(|stored| &stored.call));
         if !missing.is_empty() {
             let found = self.store.rollups(&missing).await?;
-            metrics::ROLLUP_ROWS.with_label_values(&["loaded"]).inc_by(found.len() as u64);
-            tracing::debug!(asked = missing.len(), found = found.len(), "rollup rows loaded");
+            RollupRowsLoaded { asked: missing.len(), found: found.len() }.emit();
             self.rollups.hold(missing, found);
         }
         let changed = self
