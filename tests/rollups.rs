@@ -16,9 +16,10 @@ use async_trait::async_trait;
 use driftline_bus::{Message, Producer, SqliteBus, Topic};
 use driftline_schemas::{InputPosition, Timestamp};
 use driftline_store::rollup::{self, Rollup, RollupKey, MINUTE_MS};
+use driftline_store::testing::{Hooked, Hooks};
 use driftline_store::{
-    Batch, BucketQuery, ClickHouseSettings, ClickHouseStore, DetectorStore, ImpactQuery, Resume, SqliteStore,
-    Store, StoreError, Streams,
+    Batch, BucketQuery, ClickHouseSettings, ClickHouseStore, DetectorStore, ImpactQuery, SqliteStore, Store,
+    StoreError,
 };
 use driftline_worker::{Worker, WorkerSettings};
 use proptest::prelude::*;
@@ -114,51 +115,19 @@ fn record(project: &str, i: usize, call: &Call, now: i64) -> Message {
 }
 
 /// The store, half writing a batch when told to.
-struct Crashing {
-    inner: Arc<dyn Store>,
-    half_write_next: AtomicBool,
+struct HalfWriting {
+    next: AtomicBool,
 }
 
 #[async_trait]
-impl DetectorStore for Crashing {
-    async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
-        if self.half_write_next.swap(false, Ordering::SeqCst) {
+impl Hooks<dyn Store> for HalfWriting {
+    async fn apply(&self, store: &dyn Store, batch: Batch) -> Result<(), StoreError> {
+        if self.next.swap(false, Ordering::SeqCst) {
             let outputs = Batch { positions: Default::default(), states: Vec::new(), ..batch };
-            self.inner.apply(outputs).await?;
+            store.apply(outputs).await?;
             return Err(StoreError::Unavailable("killed between the outputs and the positions".into()));
         }
-        self.inner.apply(batch).await
-    }
-    async fn rollups(&self, keys: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
-        self.inner.rollups(keys).await
-    }
-    async fn backfill_rollups(
-        &self,
-        tools: &[(driftline_schemas::ToolKey, driftline_schemas::InputPosition)],
-        backfill: driftline_store::rollup::Backfill,
-    ) -> Result<Vec<driftline_store::rollup::Rollup>, StoreError> {
-        self.inner.backfill_rollups(tools, backfill).await
-    }
-    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
-        self.inner.resume(streams).await
-    }
-    async fn stored_calls(
-        &self,
-        identities: &[String],
-        since: Timestamp,
-    ) -> Result<std::collections::HashMap<String, InputPosition>, StoreError> {
-        self.inner.stored_calls(identities, since).await
-    }
-    fn repeat_lookup(&self) -> driftline_store::RepeatLookup {
-        self.inner.repeat_lookup()
-    }
-    async fn recent_identities(
-        &self,
-        streams: Streams<'_>,
-        since: Timestamp,
-        most_per_stream: usize,
-    ) -> Result<Vec<(String, InputPosition, Timestamp)>, StoreError> {
-        self.inner.recent_identities(streams, since, most_per_stream).await
+        store.apply(batch).await
     }
 }
 
@@ -181,7 +150,7 @@ async fn detect(
     records
         .extend(calls.iter().enumerate().filter(|(_, c)| c.retried).map(|(i, c)| record(project, i, c, now)));
     bus.publish(records).await.expect("publish");
-    let crashing = Arc::new(Crashing { inner: store, half_write_next: AtomicBool::new(false) });
+    let crashing = Arc::new(Hooked { inner: store, hooks: HalfWriting { next: AtomicBool::new(false) } });
     let start = || Worker::resume(bus.consumer(), crashing.clone(), WorkerSettings::default());
     let mut worker = start().await.expect("worker");
     let mut fates = fates.iter().cycle();
@@ -191,7 +160,7 @@ async fn detect(
         // A batch refused is then stored: the detector gets through eventually.
         let half_write = matches!(fate, Fate::HalfWritten) && !just_failed;
         just_failed = half_write;
-        crashing.half_write_next.store(half_write, Ordering::SeqCst);
+        crashing.hooks.next.store(half_write, Ordering::SeqCst);
         match worker.poll_once(size, Duration::ZERO).await {
             Ok(progress) if progress.records == 0 => {
                 idle += 1;
@@ -486,46 +455,24 @@ proptest! {
 }
 
 /// A driftline without rollups, as its store sees it: batches without rollup rows or rollup marks.
-struct WithoutRollups {
-    inner: Arc<dyn Store>,
-}
+struct WithoutRollups;
 
 #[async_trait]
-impl DetectorStore for WithoutRollups {
-    async fn apply(&self, batch: Batch) -> Result<(), StoreError> {
+impl Hooks<dyn Store> for WithoutRollups {
+    async fn apply(&self, store: &dyn Store, batch: Batch) -> Result<(), StoreError> {
         let states = batch.states.into_iter().filter(|s| s.kind != "rollups").collect();
-        self.inner.apply(Batch { rollups: Vec::new(), states, ..batch }).await
+        store.apply(Batch { rollups: Vec::new(), states, ..batch }).await
     }
-    async fn rollups(&self, _: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
+    async fn rollups(&self, _: &dyn Store, _: &[RollupKey]) -> Result<Vec<Rollup>, StoreError> {
         Ok(Vec::new())
     }
     async fn backfill_rollups(
         &self,
+        _: &dyn Store,
         _: &[(driftline_schemas::ToolKey, InputPosition)],
         _: rollup::Backfill,
     ) -> Result<Vec<Rollup>, StoreError> {
         Ok(Vec::new())
-    }
-    async fn resume(&self, streams: Streams<'_>) -> Result<Resume, StoreError> {
-        self.inner.resume(streams).await
-    }
-    async fn stored_calls(
-        &self,
-        identities: &[String],
-        since: Timestamp,
-    ) -> Result<std::collections::HashMap<String, InputPosition>, StoreError> {
-        self.inner.stored_calls(identities, since).await
-    }
-    fn repeat_lookup(&self) -> driftline_store::RepeatLookup {
-        self.inner.repeat_lookup()
-    }
-    async fn recent_identities(
-        &self,
-        streams: Streams<'_>,
-        since: Timestamp,
-        most_per_stream: usize,
-    ) -> Result<Vec<(String, InputPosition, Timestamp)>, StoreError> {
-        self.inner.recent_identities(streams, since, most_per_stream).await
     }
 }
 
@@ -546,7 +493,7 @@ async fn upgrade(store: Arc<dyn Store>, dir: &std::path::Path) -> (Value, Value)
         })
         .collect();
     let bus = SqliteBus::open(&dir.join("bus.db"), wall_clock).expect("bus");
-    let old: Arc<dyn DetectorStore> = Arc::new(WithoutRollups { inner: store.clone() });
+    let old: Arc<dyn DetectorStore> = Arc::new(Hooked { inner: store.clone(), hooks: WithoutRollups });
     for (range, detector) in [
         (0..20, old.clone()),
         (20..35, store.clone() as Arc<dyn DetectorStore>),

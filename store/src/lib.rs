@@ -8,6 +8,8 @@ mod clickhouse;
 pub mod retention;
 pub mod rollup;
 mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod views;
 
 use std::collections::HashMap;

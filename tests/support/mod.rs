@@ -402,6 +402,10 @@ fn service(variable: &str, script: &str, local: &str) -> String {
     if let Ok(address) = std::env::var(variable) {
         return address;
     }
+    // One `up` at a time: tests that start together would otherwise each start a server on one data
+    // directory, and all but the first fail on its lock.
+    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = STARTING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     LocalService::script_at(script, &[], "up");
     local.to_owned()
 }

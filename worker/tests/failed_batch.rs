@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use driftline_bus::{Message, Producer, SqliteBus, Topic};
+use driftline_store::testing::{Hooked, Hooks};
 use driftline_store::{Batch, DetectorStore, QueryStore, SqliteStore, StoreError};
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::{json, Value};
-
-mod support;
 
 /// The SQLite store, refusing the `fail_on`-th batch once.
 struct Flaky {
@@ -23,7 +22,7 @@ struct Flaky {
 }
 
 #[async_trait]
-impl support::Hooks for Flaky {
+impl Hooks<SqliteStore> for Flaky {
     async fn apply(&self, store: &SqliteStore, batch: Batch) -> Result<(), StoreError> {
         if self.applies.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_on {
             if self.half_written {
@@ -57,8 +56,8 @@ async fn run(name: &str, fail_on: usize, half_written: bool, pipelined: bool) ->
     let dir = dir(name);
     let bus = SqliteBus::open(&dir.join("bus.db"), || 0).expect("bus");
     bus.publish((0..30).map(record).collect()).await.expect("publish");
-    let store = Arc::new(support::Hooked {
-        inner: SqliteStore::open(&dir.join("store.db")).expect("store"),
+    let store = Arc::new(Hooked {
+        inner: Arc::new(SqliteStore::open(&dir.join("store.db")).expect("store")),
         hooks: Flaky { applies: AtomicUsize::new(0), fail_on, half_written },
     });
     let mut worker =

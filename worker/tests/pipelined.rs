@@ -8,11 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use driftline_bus::{Message, Producer, SqliteBus, Topic};
 use driftline_schemas::{InputPosition, Timestamp};
+use driftline_store::testing::{Hooked, Hooks};
 use driftline_store::{Batch, DetectorStore, QueryStore, SqliteStore, StoreError, Streams};
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::json;
-
-mod support;
 
 /// Holds back the first batch's write until the worker looks up the second batch's calls: the lookup then
 /// runs while the first batch is in flight, before the store holds its calls.
@@ -25,7 +24,7 @@ struct HeldFirstWrite {
 }
 
 #[async_trait]
-impl support::Hooks for HeldFirstWrite {
+impl Hooks<SqliteStore> for HeldFirstWrite {
     async fn apply(&self, store: &SqliteStore, batch: Batch) -> Result<(), StoreError> {
         if self.applies.fetch_add(1, Ordering::SeqCst) == 0 {
             tokio::time::timeout(Duration::from_secs(10), self.second_lookup.notified())
@@ -71,8 +70,8 @@ async fn a_retry_of_a_call_in_flight_counts_once() {
     let second: Vec<Message> = ["a2", "b0", "b1", "b2", "b3"].into_iter().map(call).collect();
     bus.publish(first).await.expect("publish");
     bus.publish(second).await.expect("publish");
-    let store = Arc::new(support::Hooked {
-        inner: SqliteStore::open(&dir.join("store.db")).expect("store"),
+    let store = Arc::new(Hooked {
+        inner: Arc::new(SqliteStore::open(&dir.join("store.db")).expect("store")),
         hooks: HeldFirstWrite {
             lookups: AtomicUsize::new(0),
             applies: AtomicUsize::new(0),

@@ -9,17 +9,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use driftline_bus::{Message, Producer, SqliteBus, Topic};
 use driftline_schemas::{InputPosition, Timestamp};
+use driftline_store::testing::{Hooked, Hooks};
 use driftline_store::{QueryStore, RepeatLookup, SqliteStore, StoreError};
 use driftline_worker::repeats::BYTES_PER_IDENTITY;
 use driftline_worker::{Worker, WorkerSettings};
 use serde_json::json;
 
-mod support;
-
 struct Remembering;
 
 #[async_trait]
-impl support::Hooks for Remembering {
+impl Hooks<SqliteStore> for Remembering {
     async fn stored_calls(
         &self,
         _: &SqliteStore,
@@ -67,8 +66,8 @@ async fn a_call_sent_again_is_counted_once_from_memory_across_batches_and_restar
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let bus = SqliteBus::open(&dir.join("bus.db"), clock).expect("bus");
-    let store = Arc::new(support::Hooked {
-        inner: SqliteStore::open(&dir.join("store.db")).expect("store"),
+    let store = Arc::new(Hooked {
+        inner: Arc::new(SqliteStore::open(&dir.join("store.db")).expect("store")),
         hooks: Remembering,
     });
     let calls = || async {
