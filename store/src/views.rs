@@ -66,6 +66,58 @@ pub(crate) fn with_trace_only_servers(
     servers
 }
 
+/// A server's row as both stores read it.
+pub(crate) struct StoredServer {
+    pub server_name: String,
+    pub status: String,
+    pub schema_hash: Option<String>,
+    pub tool_count: u32,
+    pub last_seen: Option<i64>,
+    pub note: Option<String>,
+    pub latency_ms: Option<f64>,
+}
+
+/// A server's health: its row and its open drift ([`open_counts`]).
+pub(crate) fn server_health(
+    row: StoredServer,
+    open: &HashMap<String, OpenDrift>,
+) -> Result<driftline_schemas::api::ServerHealth, StoreError> {
+    let open = open.get(&row.server_name).cloned().unwrap_or_default();
+    Ok(driftline_schemas::api::ServerHealth {
+        status: parse_name::<driftline_schemas::ServerStatus>(&row.status)?,
+        schema_hash: row.schema_hash,
+        tool_count: row.tool_count,
+        last_seen: row.last_seen.map(timestamp).transpose()?,
+        latency_ms: row.latency_ms,
+        open_drift: open.events,
+        open_changes: open.changes,
+        max_severity: open.max_severity.as_deref().map(parse_name).transpose()?,
+        note: row.note,
+        server_name: row.server_name,
+        contract_mismatches: Vec::new(),
+    })
+}
+
+/// A current tool's row as both stores read it.
+pub(crate) struct StoredToolSchema {
+    pub server_name: String,
+    pub tool_name: String,
+    pub description: Option<String>,
+    /// JSON.
+    pub input_schema: String,
+    pub captured_at: i64,
+}
+
+pub(crate) fn tool_schema(row: StoredToolSchema) -> Result<driftline_schemas::api::ToolSchema, StoreError> {
+    Ok(driftline_schemas::api::ToolSchema {
+        server_name: row.server_name,
+        tool_name: row.tool_name,
+        description: row.description,
+        input_schema: serde_json::from_str(&row.input_schema)?,
+        captured_at: timestamp(row.captured_at)?,
+    })
+}
+
 pub const TRACE_ONLY_NOTE: &str = "seen in traces only: no tool list yet";
 
 /// A server's open drift: events by worst classification, the changes inside them, the worst flag.

@@ -7,16 +7,14 @@ use driftline_schemas::api::{
     CallBucket, DeadLetterCount, DriftImpact, RecentCall, ReturnValueStats, ServerHealth, SignalGroup,
     ToolSchema, ToolShape, ToolSummary,
 };
-use driftline_schemas::{
-    DetectorThresholds, SchemaDriftEvent, ServerStatus, ServerSurfaces, ShapeDriftSignal, Timestamp,
-};
+use driftline_schemas::{DetectorThresholds, SchemaDriftEvent, ServerSurfaces, ShapeDriftSignal, Timestamp};
 use serde_json::Value;
 
-use super::rollups::{bind_window, AgentWindowRow, BucketDbRow, TOOL_WINDOW};
+use super::rollups::{bind_window, TOOL_WINDOW};
 use super::rows::{EventRow, RecentCallRow, ServerRowDb, ToolSchemaRow};
 use super::{ClickHouseStore, CONSUMER};
 use crate::rollup;
-use crate::views::{self, ms, parse_name, since, timestamp};
+use crate::views::{self, ms, since, timestamp};
 use crate::{BucketQuery, ImpactQuery, QueryStore, StoreError};
 
 #[async_trait]
@@ -68,22 +66,7 @@ impl QueryStore for ClickHouseStore {
             .await?;
         let servers = rows
             .into_iter()
-            .map(|row| {
-                let open = open.get(&row.server_name).cloned().unwrap_or_default();
-                Ok(ServerHealth {
-                    status: parse_name::<ServerStatus>(&row.status)?,
-                    schema_hash: row.schema_hash,
-                    tool_count: row.tool_count,
-                    last_seen: row.last_seen.map(timestamp).transpose()?,
-                    latency_ms: row.latency_ms,
-                    open_drift: open.events,
-                    open_changes: open.changes,
-                    max_severity: open.max_severity.as_deref().map(parse_name).transpose()?,
-                    note: row.note,
-                    server_name: row.server_name,
-                    contract_mismatches: Vec::new(),
-                })
-            })
+            .map(|row| views::server_health(row.into(), &open))
             .collect::<Result<Vec<_>, StoreError>>()?;
         let traced: Vec<String> = self
             .client
@@ -158,10 +141,10 @@ impl QueryStore for ClickHouseStore {
             .fetch_all()
             .await?;
         let window = rollup::window(ms(query.now), query.hours);
-        let rows: Vec<AgentWindowRow> = self
+        let rows: Vec<rollup::AgentRow> = self
             .client
             .query(
-                "SELECT agent, calls, errors, duration_sum, last_call_ms, sessions FROM agent_rollups FINAL
+                "SELECT agent, calls, errors, duration_sum AS duration_sum_ms, last_call_ms, sessions FROM agent_rollups FINAL
                  WHERE project = ? AND server = ? AND tool = ?
                    AND ((bucket_seconds = 3600 AND bucket_ms >= ?) OR (bucket_seconds = 60 AND bucket_ms >= ? AND bucket_ms < ?))",
             )
@@ -173,17 +156,6 @@ impl QueryStore for ClickHouseStore {
             .bind(window.hours_from_ms)
             .fetch_all()
             .await?;
-        let rows = rows
-            .into_iter()
-            .map(|row| rollup::AgentRow {
-                agent: row.agent,
-                calls: row.calls,
-                errors: row.errors,
-                duration_sum_ms: row.duration_sum,
-                last_call_ms: row.last_call_ms,
-                sessions: row.sessions,
-            })
-            .collect();
         let (agents, total_sessions) = rollup::agent_stats(rows)?;
         views::drift_impact(&query, events, agents, total_sessions)
     }
@@ -203,17 +175,7 @@ impl QueryStore for ClickHouseStore {
             .bind(server)
             .fetch_all()
             .await?;
-        rows.into_iter()
-            .map(|row| {
-                Ok(ToolSchema {
-                    server_name: row.server_name,
-                    tool_name: row.tool_name,
-                    description: row.description,
-                    input_schema: serde_json::from_str(&row.input_schema)?,
-                    captured_at: timestamp(row.captured_at)?,
-                })
-            })
-            .collect()
+        rows.into_iter().map(|row| views::tool_schema(row.into())).collect()
     }
 
     async fn server_surfaces(
@@ -376,22 +338,12 @@ impl QueryStore for ClickHouseStore {
         if let Some(tool) = query.tool {
             select = select.bind(tool);
         }
-        let rows: Vec<BucketDbRow> = select
+        let rows: Vec<rollup::BucketRow> = select
             .bind((granularity / 1000) as u32)
             .bind(ms(query.from))
             .bind(ms(query.to))
             .fetch_all()
             .await?;
-        let rows = rows
-            .into_iter()
-            .map(|row| rollup::BucketRow {
-                bucket_ms: row.bucket_ms,
-                calls: row.calls,
-                errors: row.errors,
-                latency: row.latency,
-                shapes: row.shapes,
-            })
-            .collect();
         views::call_buckets(&query, rollup::bucket_aggregates(ms(query.from), query.bucket_ms, rows)?)
     }
 

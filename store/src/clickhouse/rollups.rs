@@ -67,30 +67,6 @@ impl Default for RollupScope<'_> {
     }
 }
 
-/// An agent row as drift impact reads it.
-#[derive(Row, Deserialize)]
-pub(super) struct AgentWindowRow {
-    pub(super) agent: String,
-    pub(super) calls: u64,
-    pub(super) errors: u64,
-    pub(super) duration_sum: f64,
-    pub(super) last_call_ms: i64,
-    #[serde(with = "serde_bytes")]
-    pub(super) sessions: Vec<u8>,
-}
-
-/// A tool row as a timeline reads it.
-#[derive(Row, Deserialize)]
-pub(super) struct BucketDbRow {
-    pub(super) bucket_ms: i64,
-    pub(super) calls: u64,
-    pub(super) errors: u64,
-    #[serde(with = "serde_bytes")]
-    pub(super) latency: Vec<u8>,
-    #[serde(with = "serde_bytes")]
-    pub(super) shapes: Vec<u8>,
-}
-
 /// Splits rollup rows by table.
 pub(super) fn rollup_rows(rows: &[Rollup]) -> (Vec<ToolRollupRow>, Vec<AgentRollupRow>) {
     let (mut tools, mut agents) = (Vec::new(), Vec::new());

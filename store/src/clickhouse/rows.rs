@@ -214,3 +214,42 @@ pub(super) struct StoredCallRow {
     pub(super) shape_outcome: String,
     pub(super) shape_hash: Option<String>,
 }
+
+impl From<ServerRowDb> for crate::views::StoredServer {
+    fn from(row: ServerRowDb) -> Self {
+        let ServerRowDb {
+            project: _,
+            server_name,
+            status,
+            schema_hash,
+            tool_count,
+            last_seen,
+            note,
+            latency_ms,
+        } = row;
+        crate::views::StoredServer {
+            server_name,
+            status,
+            schema_hash,
+            tool_count,
+            last_seen,
+            note,
+            latency_ms,
+        }
+    }
+}
+
+impl From<ToolSchemaRow> for crate::views::StoredToolSchema {
+    fn from(row: ToolSchemaRow) -> Self {
+        let ToolSchemaRow {
+            project: _,
+            server_name,
+            schema_hash: _,
+            tool_name,
+            description,
+            input_schema,
+            captured_at,
+        } = row;
+        crate::views::StoredToolSchema { server_name, tool_name, description, input_schema, captured_at }
+    }
+}

@@ -7,8 +7,8 @@ use super::{LatencyMerge, SessionSketch, ShapeCounts};
 use crate::views::{AgentStats, BucketAggregate};
 use crate::StoreError;
 
-/// An agent row as a drift-impact read selects it.
-#[derive(Debug, Clone, PartialEq)]
+/// An agent row as a drift-impact read selects it (ClickHouse reads it by these column names too).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, clickhouse::Row)]
 pub(crate) struct AgentRow {
     pub agent: String,
     pub calls: u64,
@@ -16,6 +16,7 @@ pub(crate) struct AgentRow {
     pub duration_sum_ms: f64,
     pub last_call_ms: i64,
     /// An encoded [`SessionSketch`].
+    #[serde(with = "serde_bytes")]
     pub sessions: Vec<u8>,
 }
 
@@ -59,15 +60,17 @@ pub(crate) fn agent_stats(rows: Vec<AgentRow>) -> Result<(Vec<AgentStats>, u64),
     Ok((stats, everyone.estimate()))
 }
 
-/// A tool row as a timeline read selects it.
-#[derive(Debug, Clone, PartialEq)]
+/// A tool row as a timeline read selects it (ClickHouse reads it by these column names too).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, clickhouse::Row)]
 pub(crate) struct BucketRow {
     pub bucket_ms: i64,
     pub calls: u64,
     pub errors: u64,
     /// An encoded [`super::LatencySketch`].
+    #[serde(with = "serde_bytes")]
     pub latency: Vec<u8>,
     /// Encoded [`ShapeCounts`].
+    #[serde(with = "serde_bytes")]
     pub shapes: Vec<u8>,
 }
 

@@ -7,15 +7,13 @@ use driftline_schemas::api::{
     CallBucket, DeadLetterCount, DriftImpact, RecentCall, ReturnValueStats, ServerHealth, SignalGroup,
     ToolSchema, ToolShape, ToolSummary,
 };
-use driftline_schemas::{
-    DetectorThresholds, SchemaDriftEvent, ServerStatus, ServerSurfaces, ShapeDriftSignal, Timestamp,
-};
+use driftline_schemas::{DetectorThresholds, SchemaDriftEvent, ServerSurfaces, ShapeDriftSignal, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::{event_from_row, text_at, SqliteStore};
 use crate::rollup;
-use crate::views::{self, ms, parse_name, timestamp};
+use crate::views::{self, ms, timestamp};
 use crate::{BucketQuery, ImpactQuery, QueryStore, StoreError};
 
 /// The tool rows of a window (minute rows at its start, hour rows after), as a subquery: `?1` project,
@@ -90,20 +88,9 @@ impl QueryStore for SqliteStore {
             let mut servers = Vec::new();
             for row in rows {
                 let (server_name, status, schema_hash, tool_count, last_seen, note, latency_ms) = row?;
-                let open = open.get(&server_name).cloned().unwrap_or_default();
-                servers.push(ServerHealth {
-                    status: parse_name::<ServerStatus>(&status)?,
-                    schema_hash,
-                    tool_count,
-                    last_seen: last_seen.map(timestamp).transpose()?,
-                    latency_ms,
-                    open_drift: open.events,
-                    open_changes: open.changes,
-                    max_severity: open.max_severity.as_deref().map(parse_name).transpose()?,
-                    note,
-                    server_name,
-                    contract_mismatches: Vec::new(),
-                });
+                let row =
+                    views::StoredServer { server_name, status, schema_hash, tool_count, last_seen, note, latency_ms };
+                servers.push(views::server_health(row, &open)?);
             }
             let mut traced =
                 connection.prepare_cached("SELECT DISTINCT server FROM tool_shapes WHERE project = ?1")?;
@@ -228,14 +215,16 @@ impl QueryStore for SqliteStore {
             })?;
             let mut tools = Vec::new();
             for row in rows {
-                let (tool_name, description, input, captured_at) = row?;
-                tools.push(ToolSchema {
-                    server_name: server.clone(),
+                let (tool_name, description, input_schema, captured_at) = row?;
+                let server_name = server.clone();
+                let row = views::StoredToolSchema {
+                    server_name,
                     tool_name,
                     description,
-                    input_schema: serde_json::from_str(&input)?,
-                    captured_at: timestamp(captured_at)?,
-                });
+                    input_schema,
+                    captured_at,
+                };
+                tools.push(views::tool_schema(row)?);
             }
             Ok(tools)
         })
