@@ -152,6 +152,7 @@ impl Generator {
             shape_hash: hash.map(str::to_owned),
             compact_bytes: Some(120),
             shape_outcome: outcome,
+            argument_shape: None,
         }
     }
 }
@@ -575,6 +576,7 @@ async fn measure(store: &dyn Store, raw: &(dyn Raw + Sync), config: &Config, now
             hours: 24,
             now: at,
             high_risk_sessions: 10,
+            input_schema: None,
         };
         store.drift_impact(query).await.expect("impact")
     })

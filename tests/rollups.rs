@@ -222,7 +222,15 @@ async fn reads(store: &dyn Store, project: &str, now: i64) -> Value {
             .collect();
         let mut impact = json!({});
         for tool in TOOLS {
-            let query = ImpactQuery { project, server: "srv", tool, hours, now: at, high_risk_sessions: 3 };
+            let query = ImpactQuery {
+                project,
+                server: "srv",
+                tool,
+                hours,
+                now: at,
+                high_risk_sessions: 3,
+                input_schema: None,
+            };
             let found = store.drift_impact(query).await.expect("impact");
             let consumers: Vec<Value> = found
                 .consumers

@@ -15,6 +15,24 @@ fn the_demo_scenario() {
     let dir = temp_dir("demo");
     let server = Server::start(&dir, None, &[]);
     support::check_demo_scenario(&server.endpoints());
+    // The demo's calls sent arguments: only their shapes were kept, no value is in the bus or the store.
+    let mut files = vec![dir.clone()];
+    let mut searched = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(
+                std::fs::read_dir(&path).expect("a directory").map(|entry| entry.expect("an entry").path()),
+            );
+            continue;
+        }
+        let bytes = std::fs::read(&path).expect("a file");
+        for value in ["planner query", "researcher query", "researcher-site.example"] {
+            let found = bytes.windows(value.len()).any(|window| window == value.as_bytes());
+            assert!(!found, "the argument value {value:?} is in {}", path.display());
+        }
+        searched += 1;
+    }
+    assert!(searched >= 2, "the bus and the store were searched");
 }
 
 #[test]
@@ -1710,4 +1728,93 @@ fn a_stream_of_heavy_lists_delays_another_projects_call_only_briefly() {
     });
     check_config_refuses("limits.tool_list_work_burst", "1000");
     check_config_refuses("detector.max_batch_millis", "0");
+}
+
+/// `driftline impact` checks a candidate list against the server's observed calls before it ships: exit 1 when
+/// a real call would be rejected, 0 when none would, and nothing is recorded either way.
+#[test]
+fn impact_tells_which_real_calls_a_candidate_list_would_reject() {
+    let dir = temp_dir("impact");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let v1 = std::fs::read_to_string("examples/tool-lists/search-v1.json").expect("v1");
+    let v1: Value = serde_json::from_str(&v1).expect("JSON");
+    assert_eq!(client.put_json("/api/servers/search-mcp/tools", &v1).0, 202);
+    let call = |id: String, agent: &str, arguments: Value| {
+        json!({"span_id": id, "session_id": agent, "agent_name": agent, "server": "search-mcp", "tool": "search_web",
+            "started_at": support::recent(), "duration_ms": 10, "status": "success", "return_value": {"results": []},
+            "arguments": arguments})
+    };
+    let mut spans: Vec<Value> = (0..4).map(|i| call(format!("p{i}"), "planner", json!({"q": "x"}))).collect();
+    spans.extend(
+        (0..2).map(|i| call(format!("r{i}"), "researcher", json!({"q": "x", "filters": {"site": "a"}}))),
+    );
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
+    client.wait_for(
+        "/api/health/servers/search-mcp/drift-impact?tool_name=search_web",
+        "6 calls",
+        |impact| {
+            impact["consumers"]
+                .as_array()
+                .is_some_and(|c| c.iter().filter_map(|c| c["call_count"].as_u64()).sum::<u64>() == 6)
+        },
+    );
+
+    let url = server.url.as_str();
+    let (code, stdout, stderr) =
+        run_cli(&["impact", "search-mcp", "examples/tool-lists/search-v2.json", "--url", url]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    for expected in [
+        "search_web:\n",
+        "  planner: 4 of 4 calls would be rejected — filters: required by the declared schema, missing\n",
+        "  researcher: all 2 calls accepted\n",
+        "4 observed calls would be rejected: update the callers before this list ships.\n",
+    ] {
+        assert!(stdout.contains(expected), "lacks {expected:?}:\n{stdout}");
+    }
+    let (code, stdout, _) = run_cli(&[
+        "impact",
+        "search-mcp",
+        "examples/tool-lists/search-v1.json",
+        "--url",
+        url,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    let checked: Value = serde_json::from_str(&stdout).expect("JSON");
+    let rejected: Vec<(&str, &str, u64)> = checked
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| {
+            (
+                t["tool_name"].as_str().unwrap_or(""),
+                t["candidate"].as_str().unwrap_or(""),
+                t["rejected_calls"].as_u64().unwrap_or(9),
+            )
+        })
+        .collect();
+    assert_eq!(rejected, [("search_web", "checked", 0), ("fetch", "checked", 0)]);
+    // A candidate that drops a called tool fails all its calls.
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, "[]").expect("a candidate");
+    let (code, stdout, _) = run_cli(&["impact", "search-mcp", empty.to_str().expect("a path"), "--url", url]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("  planner: all 4 calls would fail — the candidate removes the tool\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("6 observed calls would be rejected"), "{stdout}");
+    // Nothing was recorded: the server's list and history are as they were.
+    assert_eq!(client.get("/api/health/servers/search-mcp/drift-history").1, json!([]));
+    let names: Vec<String> = client
+        .get("/api/servers/search-mcp/tools")
+        .1
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["tool_name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(names, ["fetch", "search_web"]);
 }

@@ -245,11 +245,27 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
     });
     let mut impact = json!({});
     for tool in ["search", "fetch"] {
-        let query = ImpactQuery { project, server: "srv", tool, hours: 24, now, high_risk_sessions: 2 };
+        let query = ImpactQuery {
+            project,
+            server: "srv",
+            tool,
+            hours: 24,
+            now,
+            high_risk_sessions: 2,
+            input_schema: None,
+        };
         impact[tool] = json!(store.drift_impact(query).await.expect("impact"));
     }
     // A tool with an open breaking change: its caller is at risk.
-    let query = ImpactQuery { project, server: "wide", tool: "pick", hours: 24, now, high_risk_sessions: 2 };
+    let query = ImpactQuery {
+        project,
+        server: "wide",
+        tool: "pick",
+        hours: 24,
+        now,
+        high_risk_sessions: 2,
+        input_schema: None,
+    };
     impact["wide/pick"] = json!(store.drift_impact(query).await.expect("impact"));
     // A history within a budget of list text: the newest event with its lists, the older without; the
     // event alone has them, and only in its own project.

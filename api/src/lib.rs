@@ -49,7 +49,7 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(routes::server))
         .routes(routes!(routes::drift_history))
         .routes(routes!(routes::drift_event))
-        .routes(routes!(routes::drift_impact))
+        .routes(routes!(routes::drift_impact, routes::drift_impact_check))
         .routes(routes!(routes::drift_accept))
         .routes(routes!(routes::server_tools))
         .routes(routes!(routes::server_surfaces))

@@ -109,6 +109,50 @@ pub(crate) async fn drift_impact(
         hours,
         now: (state.clock)(),
         high_risk_sessions: state.high_risk_sessions,
+        input_schema: None,
+    };
+    ok(state.store.drift_impact(query).await.map_err(ApiError::store_unavailable)?)
+}
+
+/// A candidate tool's input schema, to check observed calls against (`driftline impact`).
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ImpactCheck {
+    tool_name: String,
+    /// The candidate's `inputSchema` for the tool.
+    input_schema: Value,
+    /// 1-720, default 24.
+    #[serde(default)]
+    hours: Option<u32>,
+}
+
+#[utoipa::path(post, path = "/api/health/servers/{name}/drift-impact", tag = "drift",
+    params(("name" = String, Path, description = "Server name")),
+    request_body(content = ImpactCheck, description = "A tool of a candidate list: which observed calls would its input schema reject? Records nothing."),
+    responses((status = 200, body = DriftImpact), (status = 400, body = ErrorBody)))]
+pub(crate) async fn drift_impact_check(
+    State(state): State<ApiState>,
+    who: Reader,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Answer {
+    let name = server_name(&name)?;
+    let check: ImpactCheck = serde_json::from_slice(&body).map_err(|err| {
+        ApiError::bad_request(format!("body must be {{\"tool_name\", \"input_schema\", \"hours\"}}: {err}"))
+    })?;
+    let tool = tool_name(&check.tool_name)?;
+    let hours = check.hours.unwrap_or(24);
+    if !(1..=720).contains(&hours) {
+        return Err(ApiError::bad_request(format!("hours = {hours} must be in [1, 720]")));
+    }
+    let query = ImpactQuery {
+        project: &who.project,
+        server: &name,
+        tool: &tool,
+        hours,
+        now: (state.clock)(),
+        high_risk_sessions: state.high_risk_sessions,
+        input_schema: Some(&check.input_schema),
     };
     ok(state.store.drift_impact(query).await.map_err(ApiError::store_unavailable)?)
 }

@@ -204,13 +204,26 @@ function openDriftText(s) {
   return `${openEventsLabel(events)} ${c.breaking} breaking · ${c.warning} warning · ${c.compatible} compatible`;
 }
 
+// What the tool's current input schema says of an agent's real calls (the CLI's words, src/cli/client.rs).
+function realCalls(c) {
+  const a = c.arguments;
+  if (!a) return 'no recorded arguments';
+  if (a.rejected_calls > 0) {
+    return `${a.rejected_calls} of ${c.call_count} calls would be rejected${a.reasons.length ? ` — ${a.reasons[0]}` : ''}`;
+  }
+  if (a.unknown_calls > 0) return `${a.accepted_calls} of ${c.call_count} calls accepted, ${a.unknown_calls} with arguments not recorded or not checkable`;
+  return `all ${a.accepted_calls} calls accepted`;
+}
+
 function impactTable(impact) {
   if (!impact.consumers.length) return h('p', { class: 'no-callers' }, impact.message || 'No recent callers — tool may be unused.');
   return h('div', { class: 'table-wrap' }, h('table', { class: 'impact-table' },
-    h('thead', {}, h('tr', {}, ['Agent', 'Calls', 'Errors', 'Avg latency', 'Risk'].map((t) => h('th', {}, t)))),
+    h('thead', {}, h('tr', {}, ['Agent', 'Calls', 'Errors', 'Avg latency', 'Real calls', 'Risk'].map((t) => h('th', {}, t)))),
     h('tbody', {}, impact.consumers.map((c) => h('tr', {},
       h('td', {}, c.agent_name), h('td', {}, String(c.call_count)), h('td', {}, String(c.error_count)),
-      h('td', {}, `${Math.round(c.avg_latency_ms)} ms`), h('td', { class: `risk-${c.risk}` }, c.risk))))));
+      h('td', {}, `${Math.round(c.avg_latency_ms)} ms`),
+      h('td', { class: c.arguments && c.arguments.rejected_calls > 0 ? 'real-calls rejected' : 'real-calls' }, realCalls(c)),
+      h('td', { class: `risk-${c.risk}` }, c.risk))))));
 }
 
 function changeView(change, detectedAt) {

@@ -3,7 +3,7 @@
 Use with the official `mcp` Python SDK: a `ClientSession`, or on mcp 2.x also an `mcp.Client`. No driftline
 package is needed (standard library HTTP only). Drop this file into your agent and wrap your session:
 
-    capture = DriftlineCapture("http://127.0.0.1:8000", server="search-mcp", agent="planner")
+    capture = DriftlineCapture("http://127.0.0.1:8000", server="search-mcp", agent="planner", record_arguments=True)
     await capture.tool_list(session)                     # after initialize, and whenever tools change
     result = await capture.call_tool(session, "search", {"q": "drift"}, session_id="conv-1")
 
@@ -30,7 +30,18 @@ class DriftlineError(RuntimeError):
 
 
 class DriftlineCapture:
-    def __init__(self, url: str, server: str, agent: str | None = None, api_key: str | None = None, timeout: float = 5.0):
+    def __init__(
+        self,
+        url: str,
+        server: str,
+        agent: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 5.0,
+        record_arguments: bool = False,
+    ):
+        """`record_arguments`: send each call's arguments too; driftline keeps only their shape (keys and kinds,
+        never a value), to tell which of your real calls a new input schema would reject."""
+        self.record_arguments = record_arguments
         self.url = url.rstrip("/")
         self.server = server
         self.agent = agent
@@ -93,6 +104,8 @@ class DriftlineCapture:
             span["agent_name"] = self.agent
         if session_id:
             span["session_id"] = session_id
+        if self.record_arguments:
+            span["arguments"] = arguments or {}
         if error:
             span["error"] = error
         elif result is not None:

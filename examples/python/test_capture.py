@@ -44,8 +44,10 @@ async def connect(server, raw_session: bool):
             yield client.session if raw_session else client
 
 
-async def run_agent(url: str, calls: int, shape_changed: bool, raw_session: bool = False, failing: int = 0) -> int:
-    capture = DriftlineCapture(url, server="weather-mcp", agent="travel-bot")
+async def run_agent(
+    url: str, calls: int, shape_changed: bool, raw_session: bool = False, failing: int = 0, record_arguments: bool = False
+) -> int:
+    capture = DriftlineCapture(url, server="weather-mcp", agent="travel-bot", record_arguments=record_arguments)
     async with connect(weather_server(shape_changed), raw_session) as session:
         count = await capture.tool_list(session)
         for i in range(calls):
@@ -57,7 +59,7 @@ async def run_agent(url: str, calls: int, shape_changed: bool, raw_session: bool
 
 
 def test_tool_list_and_spans_reach_driftline(driftline):
-    assert asyncio.run(run_agent(driftline, calls=10, shape_changed=False, failing=1)) == 2
+    assert asyncio.run(run_agent(driftline, calls=10, shape_changed=False, failing=1, record_arguments=True)) == 2
     servers = wait_for(f"{driftline}/api/health/servers", lambda s: s and s[0]["status"] == "UP", "the tool list")
     assert servers[0]["server_name"] == "weather-mcp" and servers[0]["tool_count"] == 2
     tools = get(f"{driftline}/api/servers/weather-mcp/tools")
@@ -79,3 +81,6 @@ def test_tool_list_and_spans_reach_driftline(driftline):
     assert impact["consumers"][0]["call_count"] == 13
     assert impact["consumers"][0]["error_count"] == 1
     assert impact["total_sessions"] == 2
+    # The first run recorded its arguments (a city, as the input schema asks), the second did not.
+    assert impact["consumers"][0]["arguments"] == {
+        "rejected_calls": 0, "accepted_calls": 11, "unknown_calls": 2, "reasons": []}

@@ -16,6 +16,7 @@
 //! | started_at, duration_ms | start and end time of the span |
 //! | status, error | span status ERROR → `error` with the status message or `error.type`; otherwise `success` |
 //! | return_value | `gen_ai.tool.call.result` (JSON text is parsed; other text is a string value) |
+//! | arguments | `gen_ai.tool.call.arguments` (opt-in in the conventions; JSON text only: its shape is kept, never the values) |
 
 use std::collections::HashMap;
 
@@ -147,6 +148,9 @@ fn tool_call(
                 .map_err(|e| e.to_string())?,
         }),
     };
+    // Arguments are an object sent as JSON text; text that is not JSON tells nothing of their shape.
+    let arguments =
+        attrs.get("gen_ai.tool.call.arguments").and_then(|text| RawValue::from_string(text.clone()).ok());
     Ok(ToolCallSpan {
         schema_version: driftline_schemas::SCHEMA_VERSION,
         project: None,
@@ -161,6 +165,7 @@ fn tool_call(
         status: if failed { CallStatus::Error } else { CallStatus::Success },
         error,
         return_value,
+        arguments,
     })
 }
 
@@ -241,6 +246,38 @@ mod tests {
                 "duration_ms": 250.0, "status": "success", "return_value": {"results": [{"title": "x"}]}}),
             ),
         );
+    }
+
+    /// `gen_ai.tool.call.arguments` (opt-in in the conventions) rides along as JSON; text that is not JSON
+    /// tells nothing of a shape and is left out.
+    #[test]
+    fn tool_call_arguments_are_read_when_they_are_json() {
+        for (sent, expected) in [
+            (
+                r#"{"q": "drift", "filters": {"site": "a"}}"#,
+                Some(serde_json::json!({"q": "drift", "filters": {"site": "a"}})),
+            ),
+            ("q=drift", None),
+        ] {
+            let mut expected_span = serde_json::json!({"schema_version": 1, "span_id": "call-1", "trace_id": "01".repeat(16),
+                "agent_name": "planner", "server": "search-mcp", "tool": "search",
+                "started_at": "2026-03-26T08:15:42.000Z", "duration_ms": 250.0, "status": "success"});
+            if let Some(arguments) = expected {
+                expected_span["arguments"] = arguments;
+            }
+            check(
+                vec![
+                    kv("gen_ai.operation.name", "execute_tool"),
+                    kv("gen_ai.tool.name", "search"),
+                    kv("gen_ai.tool.call.id", "call-1"),
+                    kv("gen_ai.agent.name", "planner"),
+                    kv("mcp.server.name", "search-mcp"),
+                    kv("gen_ai.tool.call.arguments", sent),
+                ],
+                None,
+                Ok(expected_span),
+            );
+        }
     }
 
     #[test]

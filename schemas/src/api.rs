@@ -58,6 +58,28 @@ pub struct ToolConsumer {
     pub avg_latency_ms: f64,
     pub last_called_at: Timestamp,
     pub risk: Risk,
+    /// What the tool's current `inputSchema` says of the calls this agent made in the window, from the
+    /// shapes of the arguments they sent; absent when none of its spans recorded arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<ArgumentCheck>,
+}
+
+/// An agent's observed calls checked against a tool's input schema: counts, never values.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ArgumentCheck {
+    /// Calls whose arguments' shape the schema rejects.
+    pub rejected_calls: u64,
+    /// Calls whose arguments' shape it admits (what a shape cannot show is admitted).
+    pub accepted_calls: u64,
+    /// Calls with no recorded arguments, or a shape not kept or not checkable: not known either way.
+    pub unknown_calls: u64,
+    /// The first reason of each rejected shape, most calls first (at most [`ArgumentCheck::MAX_REASONS`]):
+    /// `filters: required by the declared schema, missing`.
+    pub reasons: Vec<String>,
+}
+
+impl ArgumentCheck {
+    pub const MAX_REASONS: usize = 5;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -44,6 +44,11 @@ pub struct ToolCallSpan {
     #[serde(default, deserialize_with = "present_raw_value", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub return_value: Option<Box<RawValue>>,
+    /// The call's arguments (`tools/call` params' `arguments`), when the client records them: only their
+    /// shape is kept, never a value. `None` when the field is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub arguments: Option<Box<RawValue>>,
 }
 
 // `Option<Box<RawValue>>` would turn an explicit `null` into `None`; a null return is a shape, not absence.
@@ -118,6 +123,10 @@ pub struct ToolCallRecord {
     /// Size of the value's compact JSON encoding; `None` when absent or not JSON.
     pub compact_bytes: Option<u64>,
     pub shape_outcome: ShapeOutcome,
+    /// The shape of the call's arguments, when the span recorded them and they fingerprinted (within the
+    /// byte cap, parseable); the arguments themselves never travel past ingest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argument_shape: Option<String>,
 }
 
 impl ToolCallRecord {

@@ -68,6 +68,9 @@ pub struct DetectorThresholds {
     pub baseline: BaselinePolicy,
     /// The least security-flag severity that holds a change for a person.
     pub security_hold: SecurityHold,
+    /// Keep the shapes of the arguments calls send (never their values), per tool, agent and hour, to
+    /// check them against a new input schema. Off: spans' arguments are dropped unread.
+    pub argument_shapes: bool,
 }
 
 impl Default for DetectorThresholds {
@@ -78,6 +81,7 @@ impl Default for DetectorThresholds {
             tool_return_value_max_bytes: 8192,
             baseline: BaselinePolicy::default(),
             security_hold: SecurityHold::default(),
+            argument_shapes: true,
         }
     }
 }

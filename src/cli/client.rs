@@ -302,16 +302,38 @@ fn impact_lines(impact: &DriftImpact) -> Vec<String> {
                 .ok()
                 .and_then(|v| v.as_str().map(String::from))
                 .unwrap_or_default();
-            format!(
+            let line = format!(
                 "{} — {} sessions, {} calls, {} errors in {}h ({risk} risk)",
                 c.agent_name, c.session_count, c.call_count, c.error_count, impact.window_hours
-            )
+            );
+            match c.arguments.as_ref().filter(|check| check.rejected_calls > 0) {
+                Some(_) => format!("{line}: {}", real_calls(c)),
+                None => line,
+            }
         })
         .collect()
 }
 
+/// What the tool's current input schema says of an agent's real calls, in words:
+/// `23 of 24 calls would be rejected — filters: required by the declared schema, missing`.
+pub fn real_calls(consumer: &driftline_schemas::api::ToolConsumer) -> String {
+    let calls = consumer.call_count;
+    match &consumer.arguments {
+        None => "no recorded arguments".to_owned(),
+        Some(check) if check.rejected_calls > 0 => {
+            let reason = check.reasons.first().map(|r| format!(" — {r}")).unwrap_or_default();
+            format!("{} of {calls} calls would be rejected{reason}", check.rejected_calls)
+        }
+        Some(check) if check.unknown_calls > 0 => format!(
+            "{} of {calls} calls accepted, {} with arguments not recorded or not checkable",
+            check.accepted_calls, check.unknown_calls
+        ),
+        Some(check) => format!("all {} calls accepted", check.accepted_calls),
+    }
+}
+
 /// A query-string value as a URL carries it: tool names come from servers and may hold `&`, `#` or spaces.
-fn query_value(text: &str) -> String {
+pub fn query_value(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
@@ -389,6 +411,12 @@ pub fn impact_report(
             ]);
         }
         out.push_str(&format!("{table}\n"));
+        if impact.consumers.iter().any(|c| c.arguments.is_some()) {
+            out.push_str("\nReal calls against the current input schema:\n");
+            for c in &impact.consumers {
+                out.push_str(&format!("  {}: {}\n", c.agent_name, real_calls(c)));
+            }
+        }
     }
     out.push_str(&format!(
         "\nTotal: {} sessions affected in the last {}h.\n",
@@ -398,8 +426,18 @@ pub fn impact_report(
         e.changes.iter().any(|c| c.tool_name == *tool && c.classification == Classification::Breaking)
     });
     if let (true, Some(event)) = (breaking, open) {
+        let rejected: Vec<String> = impact
+            .consumers
+            .iter()
+            .filter(|c| c.arguments.as_ref().is_some_and(|check| check.rejected_calls > 0))
+            .map(|c| format!("{}: {}", c.agent_name, real_calls(c)))
+            .collect();
+        let why = match rejected.is_empty() {
+            true => String::new(),
+            false => format!("{}. ", rejected.join("; ")),
+        };
         out.push_str(&format!(
-            "Recommendation: Update callers or roll back {server} to {}.\n",
+            "Recommendation: {why}Update callers or roll back {server} to {}.\n",
             event.previous_hash
         ));
     }
@@ -682,6 +720,23 @@ mod tests {
         let open = event("open", "BREAKING");
         let report = impact_report(&impact(consumers, 15, None), Some(&open), open.changes.first());
         check_golden("drift-impact.txt", &report);
+    }
+
+    #[test]
+    fn the_consumer_impact_report_with_real_calls() {
+        let consumers = json!([
+            {"agent_name": "planner", "session_count": 12, "call_count": 24, "error_count": 0,
+             "avg_latency_ms": 180.0, "last_called_at": "2026-03-26T08:15:42.000Z", "risk": "HIGH",
+             "arguments": {"rejected_calls": 23, "accepted_calls": 1, "unknown_calls": 0,
+                "reasons": ["filters: required by the declared schema, missing"]}},
+            {"agent_name": "researcher", "session_count": 30, "call_count": 30, "error_count": 1,
+             "avg_latency_ms": 920.4, "last_called_at": "2026-03-26T07:00:00.000Z", "risk": "MEDIUM",
+             "arguments": {"rejected_calls": 0, "accepted_calls": 30, "unknown_calls": 0, "reasons": []}},
+            {"agent_name": "legacy", "session_count": 3, "call_count": 3, "error_count": 0,
+             "avg_latency_ms": 20.0, "last_called_at": "2026-03-26T07:00:00.000Z", "risk": "MEDIUM"}]);
+        let open = event("open", "BREAKING");
+        let report = impact_report(&impact(consumers, 45, None), Some(&open), open.changes.first());
+        check_golden("drift-impact-real-calls.txt", &report);
     }
 
     #[test]

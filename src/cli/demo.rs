@@ -106,14 +106,16 @@ fn span(
 }
 
 /// The scripted calls, made over the six hours before `now`: 12 planner sessions and 3 researcher
-/// sessions call `search_web`; a travel bot gets 20 forecasts of one shape, then 3 of another.
+/// sessions call `search_web` (the planner with a query only, the researcher with filters too: the new
+/// list, which requires `filters`, would reject every planner call and none of the researcher's); a travel
+/// bot gets 20 forecasts of one shape, then 3 of another.
 pub fn demo_spans(now: Timestamp) -> Vec<Value> {
     let mut spans = Vec::new();
     let results =
         json!({"results": [{"title": "Drift", "url": "https://example.com", "score": 0.9}], "total": 1});
     for session in 0..12 {
         for call in 0..2 {
-            spans.push(span(
+            let mut planner = span(
                 format!("planner-{session}-{call}"),
                 "planner",
                 format!("planner-{session}"),
@@ -122,11 +124,13 @@ pub fn demo_spans(now: Timestamp) -> Vec<Value> {
                 true,
                 Some(results.clone()),
                 (now, session * 2 + call, 27),
-            ));
+            );
+            planner["arguments"] = json!({"q": format!("planner query {session}")});
+            spans.push(planner);
         }
     }
     for session in 0..3 {
-        spans.push(span(
+        let mut researcher = span(
             format!("researcher-{session}"),
             "researcher",
             format!("researcher-{session}"),
@@ -135,7 +139,10 @@ pub fn demo_spans(now: Timestamp) -> Vec<Value> {
             session != 2,
             Some(results.clone()),
             (now, 24 + session, 27),
-        ));
+        );
+        researcher["arguments"] =
+            json!({"q": "researcher query", "filters": {"site": "researcher-site.example"}});
+        spans.push(researcher);
     }
     for call in 0..20 {
         let value =

@@ -132,7 +132,7 @@ fn load_server(path: &Path) -> anyhow::Result<(ToolsText, Option<ServerSurfaces>
     Ok((tools, surfaces))
 }
 
-fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
+pub(super) fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
     #[derive(Deserialize)]
     struct Wrapped<'a> {
         #[serde(borrow)]

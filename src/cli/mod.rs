@@ -6,6 +6,7 @@ mod capture;
 mod client;
 mod demo;
 mod diff;
+mod impact;
 mod replay;
 mod shape;
 
@@ -35,6 +36,9 @@ enum Command {
     Shape(shape::ShapeArgs),
     /// Diff two tool lists and classify every change; exit 1 when one reaches --fail-on.
     Diff(diff::DiffArgs),
+    /// Which of a server's observed calls a candidate tool list would reject, before it ships (records
+    /// nothing); exit 1 when any would be.
+    Impact(impact::ImpactArgs),
     /// Run the return-shape detector over a file of spans (JSON Lines) and print its signals.
     Replay(replay::ReplayArgs),
     /// Run ingest, the detectors and the API in one process (embedded bus and SQLite store by default).
@@ -233,6 +237,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Shape(args) => shape::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::Impact(args) => impact::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Serve(args) => serve(args, Role::All),
         Command::Ingest(args) => serve(args, Role::Ingest),

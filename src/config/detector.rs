@@ -19,6 +19,9 @@ pub struct DetectorConfig {
     /// Default for projects that never set theirs: the least security-flag severity that holds a tool-list
     /// change for a person (`medium`, or `high`; never lower).
     pub security_hold: SecurityHold,
+    /// Default for projects that never set theirs: keep the shapes of the arguments calls send (never a
+    /// value), to check observed calls against a new input schema.
+    pub argument_shapes: bool,
     /// Sessions at which an agent calling a tool with open breaking or warning drift is HIGH risk.
     pub high_risk_sessions: u64,
     /// A tool call sent again (same project, server, tool, trace and span id) within this many hours of
@@ -56,6 +59,7 @@ impl Default for DetectorConfig {
             tool_return_value_max_bytes: t.tool_return_value_max_bytes,
             baseline: BaselinePolicy::default(),
             security_hold: SecurityHold::default(),
+            argument_shapes: t.argument_shapes,
             high_risk_sessions: 10,
             repeat_window_hours: 24,
             repeat_memory_bytes: 256 << 20,
@@ -76,6 +80,7 @@ impl DetectorConfig {
             tool_return_value_max_bytes: self.tool_return_value_max_bytes,
             baseline: self.baseline,
             security_hold: self.security_hold,
+            argument_shapes: self.argument_shapes,
         }
     }
 }

@@ -259,6 +259,9 @@ pub struct ImpactQuery<'a> {
     pub now: Timestamp,
     /// Sessions at or above which an agent calling a tool with open breaking or warning changes is HIGH.
     pub high_risk_sessions: u64,
+    /// The input schema observed calls are checked against: a candidate's (`driftline impact`), or `None`
+    /// for the tool's in the server's current list.
+    pub input_schema: Option<&'a Value>,
 }
 
 /// Parameters of a timeline: calls of one tool (or every tool of a server) started in `[from, to)`, in
@@ -371,6 +374,17 @@ pub trait DetectorStore: Send + Sync {
     async fn expire(&self, _now: Timestamp) -> Result<u64, StoreError> {
         Ok(0)
     }
+}
+
+/// A tool's `inputSchema` in its server's current list (what observed calls are checked against).
+pub(crate) async fn current_input_schema(
+    store: &(impl QueryStore + ?Sized),
+    project: &str,
+    server: &str,
+    tool: &str,
+) -> Result<Option<Value>, StoreError> {
+    let tools = store.tool_schemas(project, server).await?;
+    Ok(tools.into_iter().find(|schema| schema.tool_name == tool).map(|schema| schema.input_schema))
 }
 
 /// The query API's side: every read takes the caller's project and sees nothing of another.

@@ -3,14 +3,15 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use driftline_schemas::api::{
-    ContractState, DriftImpact, OpenDriftCounts, OutcomeCounts, ReturnValueStats, Risk, SignalGroup,
-    ToolConsumer, ToolOutcomeStats, ToolShape, ToolSummary, NO_RECENT_CALLERS,
+    ArgumentCheck, ContractState, DriftImpact, OpenDriftCounts, OutcomeCounts, ReturnValueStats, Risk,
+    SignalGroup, ToolConsumer, ToolOutcomeStats, ToolShape, ToolSummary, NO_RECENT_CALLERS,
 };
 use driftline_schemas::{
     Classification, SchemaChange, SchemaDriftEvent, ShapeDriftSignal, ShapeOutcome, SignalKind, Timestamp,
 };
 use serde_json::Value;
 
+use crate::rollup::{AgentStats, BucketAggregate};
 use crate::{ImpactQuery, StoreError};
 
 pub(crate) fn ms(at: Timestamp) -> i64 {
@@ -384,16 +385,15 @@ impl History {
     }
 }
 
-/// Per-agent use of a tool: (agent, sessions, calls, errors, average latency, last call ms).
-pub(crate) type AgentStats = (String, u64, u64, u64, f64, i64);
-
 /// The impact view of a tool: its callers, rated by the worst open change touching it (`open_changes`: the
-/// stored JSON array of each open event's changes — not the events, whose tool lists can be large).
+/// stored JSON array of each open event's changes — not the events, whose tool lists can be large) and, where
+/// their spans recorded arguments, by what `input_schema` makes of their real calls.
 pub(crate) fn drift_impact(
     query: &ImpactQuery<'_>,
     open_changes: Vec<String>,
     agents: Vec<AgentStats>,
     total_sessions: u64,
+    input_schema: Option<&Value>,
 ) -> Result<DriftImpact, StoreError> {
     let mut worst: Option<Classification> = None;
     for json in open_changes {
@@ -402,22 +402,29 @@ pub(crate) fn drift_impact(
             worst = worst.max(Some(change.classification));
         }
     }
+    let schema = input_schema.map(driftline_detectors::contract::CompiledOutput::new);
     let consumers = agents
         .into_iter()
-        .map(|(agent_name, session_count, call_count, error_count, avg_latency_ms, last)| {
-            let risk = match worst {
-                None | Some(Classification::Compatible) => Risk::Low,
-                Some(_) if session_count >= query.high_risk_sessions => Risk::High,
-                Some(_) => Risk::Medium,
+        .map(|agent| {
+            let arguments = schema.as_ref().and_then(|schema| check_arguments(schema, &agent));
+            // Real calls decide where they were recorded: one rejected call makes the agent HIGH, calls that
+            // all pass keep it below; without them, how much it uses the tool does.
+            let risk = match (worst, &arguments) {
+                (None | Some(Classification::Compatible), _) => Risk::Low,
+                (Some(_), Some(check)) if check.rejected_calls > 0 => Risk::High,
+                (Some(_), Some(check)) if check.unknown_calls == 0 => Risk::Medium,
+                (Some(_), _) if agent.sessions >= query.high_risk_sessions => Risk::High,
+                (Some(_), _) => Risk::Medium,
             };
             Ok(ToolConsumer {
-                agent_name,
-                session_count,
-                call_count,
-                error_count,
-                avg_latency_ms,
-                last_called_at: timestamp(last)?,
+                session_count: agent.sessions,
+                call_count: agent.calls,
+                error_count: agent.errors,
+                avg_latency_ms: agent.avg_latency_ms,
+                last_called_at: timestamp(agent.last_call_ms)?,
+                agent_name: agent.agent,
                 risk,
+                arguments,
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
@@ -431,21 +438,41 @@ pub(crate) fn drift_impact(
     })
 }
 
+/// An agent's recorded argument shapes against the tool's input schema; `None` when none was recorded.
+fn check_arguments(
+    schema: &driftline_detectors::contract::CompiledOutput,
+    agent: &AgentStats,
+) -> Option<ArgumentCheck> {
+    use driftline_detectors::contract::Verdict;
+    if agent.arguments.is_empty() {
+        return None;
+    }
+    let mut check = ArgumentCheck {
+        unknown_calls: agent.calls.saturating_sub(agent.arguments.total()) + agent.arguments.other(),
+        ..ArgumentCheck::default()
+    };
+    let mut reasons: HashMap<String, u64> = HashMap::new();
+    for (shape, calls) in agent.arguments.shapes() {
+        match schema.check_arguments(shape) {
+            Verdict::Admitted => check.accepted_calls += calls,
+            Verdict::Inconclusive => check.unknown_calls += calls,
+            Verdict::Mismatch(found) => {
+                check.rejected_calls += calls;
+                if let Some(first) = found.first() {
+                    *reasons.entry(first.to_string()).or_default() += calls;
+                }
+            }
+        }
+    }
+    let mut reasons: Vec<(String, u64)> = reasons.into_iter().collect();
+    reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    check.reasons = reasons.into_iter().take(ArgumentCheck::MAX_REASONS).map(|(reason, _)| reason).collect();
+    Some(check)
+}
+
 /// The start (Unix ms) of a window of `hours` ending at `now`.
 pub(crate) fn since(now: Timestamp, hours: u32) -> i64 {
     ms(now) - i64::from(hours) * 3_600_000
-}
-
-/// What a store aggregates for one timeline bucket.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct BucketAggregate {
-    pub calls: u64,
-    pub errors: u64,
-    /// Calls with a conclusive shape, and how many of them had the bucket's most frequent one.
-    pub fingerprinted: u64,
-    pub dominant: u64,
-    pub p50_ms: Option<f64>,
-    pub p95_ms: Option<f64>,
 }
 
 /// Every bucket of the query, empty ones included, from the aggregates of the buckets that had calls
@@ -474,4 +501,106 @@ pub(crate) fn call_buckets(
 /// Stored signals (JSON), oldest first.
 pub(crate) fn signals(rows: impl IntoIterator<Item = String>) -> Result<Vec<ShapeDriftSignal>, StoreError> {
     rows.into_iter().map(|json| Ok(serde_json::from_str(&json)?)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollup::ArgumentShapes;
+
+    const NOW_MS: i64 = 1_780_000_000_000;
+
+    fn agent(name: &str, calls: u64, sessions: u64, sent: &[(&str, u64)]) -> AgentStats {
+        let mut arguments = ArgumentShapes::default();
+        for (value, n) in sent {
+            let shape =
+                driftline_detectors::shape::fingerprint(value.as_bytes(), 1 << 20).shape.expect("a shape");
+            (0..*n).for_each(|_| arguments.insert(&shape));
+        }
+        AgentStats {
+            agent: name.into(),
+            sessions,
+            calls,
+            errors: 0,
+            avg_latency_ms: 1.0,
+            last_call_ms: NOW_MS,
+            arguments,
+        }
+    }
+
+    fn impact(
+        changes: &str,
+        agents: Vec<AgentStats>,
+        schema: Option<Value>,
+    ) -> Vec<(String, Risk, Option<ArgumentCheck>)> {
+        let query = ImpactQuery {
+            project: "p",
+            server: "srv",
+            tool: "search",
+            hours: 24,
+            now: Timestamp::from_millis(NOW_MS).expect("a time"),
+            high_risk_sessions: 10,
+            input_schema: None,
+        };
+        let impact =
+            drift_impact(&query, vec![changes.to_owned()], agents, 1, schema.as_ref()).expect("impact");
+        impact.consumers.into_iter().map(|c| (c.agent_name, c.risk, c.arguments)).collect()
+    }
+
+    const BREAKING: &str = r#"[{"tool_name":"search","change_type":"param_became_required","classification":"BREAKING",
+        "param_name":"filters","path":"filters","direction":"input","before":false,"after":true,"security_flags":[]}]"#;
+
+    fn schema() -> Value {
+        serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}, "filters": {"type": "object"}},
+            "required": ["q", "filters"]})
+    }
+
+    #[test]
+    fn observed_calls_decide_the_risk_where_arguments_were_recorded() {
+        let agents = vec![
+            agent("planner", 24, 1, &[(r#"{"q":"a"}"#, 23), (r#"{"q":"a","filters":{}}"#, 1)]),
+            agent("researcher", 30, 30, &[(r#"{"q":"a","filters":{"x":1}}"#, 30)]),
+            agent("legacy", 40, 40, &[]),
+        ];
+        let found = impact(BREAKING, agents, Some(schema()));
+        let planner = ArgumentCheck {
+            rejected_calls: 23,
+            accepted_calls: 1,
+            unknown_calls: 0,
+            reasons: vec!["filters: required by the declared schema, missing".into()],
+        };
+        let researcher = ArgumentCheck { accepted_calls: 30, ..ArgumentCheck::default() };
+        assert_eq!(
+            found,
+            vec![
+                ("planner".into(), Risk::High, Some(planner)),
+                ("researcher".into(), Risk::Medium, Some(researcher)),
+                // Nothing recorded: its many sessions make it HIGH, as before.
+                ("legacy".into(), Risk::High, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn calls_without_recorded_arguments_are_unknown_never_rejected() {
+        let agents = vec![agent("mixed", 10, 1, &[(r#"{"q":"a","filters":{}}"#, 4)])];
+        let found = impact(BREAKING, agents, Some(schema()));
+        let check = ArgumentCheck { accepted_calls: 4, unknown_calls: 6, ..ArgumentCheck::default() };
+        assert_eq!(found, vec![("mixed".into(), Risk::Medium, Some(check))]);
+        let agents = vec![agent("mixed", 10, 1, &[(r#"{"q":1}"#, 4)])];
+        let check = impact(BREAKING, agents, None);
+        assert_eq!(check, vec![("mixed".into(), Risk::Medium, None)], "no schema known: no check");
+    }
+
+    #[test]
+    fn without_an_open_change_the_risk_stays_low_and_the_check_still_reads() {
+        let agents = vec![agent("planner", 2, 1, &[(r#"{"q":1,"filters":{}}"#, 2)])];
+        let found = impact("[]", agents, Some(schema()));
+        let check = ArgumentCheck {
+            rejected_calls: 2,
+            reasons: vec!["q: declared string, sent number".into()],
+            ..ArgumentCheck::default()
+        };
+        assert_eq!(found, vec![("planner".into(), Risk::Low, Some(check))]);
+    }
 }

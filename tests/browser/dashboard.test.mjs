@@ -105,8 +105,9 @@ test('drift tab: chips, colored cards, badges, before/after, flags, affected age
   assert.match(flags.join('\n'), /hidden_instruction_tag \(high\)/);
   const planner = await card.locator('[data-tool="search_web"] .impact-table tbody tr').allInnerTexts();
   assert.equal(planner.length, 2);
-  assert.match(planner[0], /planner\s+24\s+0\s+\d+ ms\s+HIGH/);
-  assert.match(planner[1], /researcher\s+3\s+1\s+\d+ ms\s+MEDIUM/);
+  assert.match(planner[0], /planner\s+24\s+0\s+\d+ ms\s+24 of 24 calls would be rejected — filters: required by the declared schema, missing\s+HIGH/);
+  assert.match(planner[1], /researcher\s+3\s+1\s+\d+ ms\s+all 3 calls accepted\s+MEDIUM/);
+  assert.equal(await card.locator('[data-tool="search_web"] .real-calls.rejected').count(), 1);
   assert.match(await card.locator('[data-tool="fetch_page"]').innerText(), /No recent callers — tool may be unused\./);
   // Highlighting classes and colours of the JSON view.
   const schemas = card.locator('.schemas');

@@ -489,7 +489,11 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
         "Tool: search_web | Change: required_param_added (filters)",
         "Window: last 24 hours",
         "Total: 15 sessions affected in the last 24h.",
-        "Recommendation: Update callers or roll back search-mcp to ",
+        // Real calls, from the shapes of the arguments the demo's spans recorded.
+        "Real calls against the current input schema:",
+        "  planner: 24 of 24 calls would be rejected — filters: required by the declared schema, missing",
+        "  researcher: all 3 calls accepted",
+        "Recommendation: planner: 24 of 24 calls would be rejected — filters: required by the declared schema, missing. Update callers or roll back search-mcp to ",
         "Accepted search-mcp",
         "2/2 servers healthy",
         // get_forecast declares its output; 3 of 23 forecasts break it: counted, not dominant.
@@ -501,6 +505,31 @@ pub fn check_demo_scenario(deployment: &Endpoints) {
     }
 
     let client = deployment.client();
+    let (_, impact) = client.get("/api/health/servers/search-mcp/drift-impact?tool_name=search_web");
+    let checks: Vec<(&str, &str, &Value)> = impact["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .map(|c| (c["agent_name"].as_str().unwrap_or(""), c["risk"].as_str().unwrap_or(""), &c["arguments"]))
+        .collect();
+    assert_eq!(
+        checks,
+        // Accepted by now: no open change, so the risk is low, but the planner's calls still need updating.
+        [
+            (
+                "planner",
+                "LOW",
+                &json!({"rejected_calls": 24, "accepted_calls": 0, "unknown_calls": 0,
+                "reasons": ["filters: required by the declared schema, missing"]})
+            ),
+            (
+                "researcher",
+                "LOW",
+                &json!({"rejected_calls": 0, "accepted_calls": 3, "unknown_calls": 0, "reasons": []})
+            ),
+        ],
+        "{impact}"
+    );
     let (status, servers) = client.get("/api/health/servers");
     assert_eq!(status, 200);
     let names: Vec<(&str, &str, u64)> = servers

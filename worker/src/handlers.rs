@@ -250,8 +250,17 @@ impl<C: Consumer> Worker<C> {
         out.dirty.server(key, record);
     }
 
-    pub(crate) fn call(&mut self, call: ToolCallRecord, key: ToolKey, record: &Delivered, out: &mut Outputs) {
+    pub(crate) fn call(
+        &mut self,
+        mut call: ToolCallRecord,
+        key: ToolKey,
+        record: &Delivered,
+        out: &mut Outputs,
+    ) {
         let thresholds = self.thresholds_of(&call.project);
+        if !thresholds.argument_shapes {
+            call.argument_shape = None;
+        }
         let state = self.tools.state_of(&key, || self.keys_held.tool_added(&key));
         state.last_seen = Some(record.appended_at);
         if let Some(firing) = state.shape.observe((&call).into(), &thresholds) {

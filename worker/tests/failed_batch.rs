@@ -87,6 +87,7 @@ async fn run(name: &str, fail_on: usize, half_written: bool, pipelined: bool) ->
         hours: 24,
         now,
         high_risk_sessions: 10,
+        input_schema: None,
     };
     let impact = store.inner.drift_impact(impact).await.expect("impact");
     let view = json!({"telemetry": shape.telemetry, "window": shape.window_size, "status": shape.status,

@@ -166,11 +166,43 @@ impl CompiledOutput {
             }]),
             _ => eval.eval(self.root, &node, &Path::Root),
         };
-        match result {
-            Err(Exhausted) => Verdict::Inconclusive,
-            Ok(reasons) if reasons.is_empty() => Verdict::Admitted,
-            Ok(reasons) => Verdict::Mismatch(tidy(reasons)),
+        verdict(result)
+    }
+
+    /// Checks the shape of a call's arguments against a tool's `inputSchema` (compiled like an output
+    /// schema): the value as it is, never read as a result envelope, by the same one-sided rules, so what a
+    /// shape cannot show (formats, bounds, patterns, later elements) is admitted, never reported. A type
+    /// reason says what was sent: `declared string, sent number`.
+    pub fn check_arguments(&self, shape: &str) -> Verdict {
+        if self.too_large {
+            return Verdict::Inconclusive;
         }
+        let Some(mut node) = parse(shape) else {
+            return Verdict::Inconclusive;
+        };
+        normalize(&mut node);
+        let mut eval = Eval { nodes: &self.nodes, steps: 0, depth: 0, in_place: Vec::new() };
+        match verdict(eval.eval(self.root, &node, &Path::Root)) {
+            Verdict::Mismatch(mut reasons) => {
+                for reason in &mut reasons {
+                    if let Some(detail) = reason.detail.as_mut() {
+                        if detail.starts_with("declared ") {
+                            *detail = detail.replacen(", returned ", ", sent ", 1);
+                        }
+                    }
+                }
+                Verdict::Mismatch(reasons)
+            }
+            other => other,
+        }
+    }
+}
+
+fn verdict(result: Result<Vec<ShapeReason>, Exhausted>) -> Verdict {
+    match result {
+        Err(Exhausted) => Verdict::Inconclusive,
+        Ok(reasons) if reasons.is_empty() => Verdict::Admitted,
+        Ok(reasons) => Verdict::Mismatch(tidy(reasons)),
     }
 }
 

@@ -112,6 +112,10 @@ pub fn record_from_span(
         (CallStatus::Success, Some(raw)) if is_interim_result(raw.get()) => Fingerprint::absent(),
         (CallStatus::Success, Some(raw)) => fingerprint_str(raw.get(), LARGEST_MAX_BYTES),
     };
+    // The arguments' shape, under the same walk and cap as return values (a call's outcome does not
+    // change what it was sent); arguments that do not fingerprint leave no shape.
+    let argument_shape =
+        span.arguments.as_deref().and_then(|raw| fingerprint_str(raw.get(), LARGEST_MAX_BYTES).shape);
     ToolCallRecord {
         schema_version: driftline_schemas::SCHEMA_VERSION,
         project: project.clone(),
@@ -130,6 +134,7 @@ pub fn record_from_span(
         shape: print.shape,
         compact_bytes: print.compact_bytes,
         shape_outcome: print.outcome,
+        argument_shape,
     }
 }
 

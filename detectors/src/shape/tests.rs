@@ -416,3 +416,29 @@ fn interim_results_are_not_the_tools_answer() {
         }
     }
 }
+
+/// A span's arguments become their shape on the record, whatever became of the call; no value survives,
+/// and arguments that are missing or do not fingerprint leave no shape.
+#[test]
+fn arguments_are_recorded_as_their_shape_only() {
+    let check = |status: &str, arguments: Option<&str>, expected: Option<&str>| {
+        let mut span = serde_json::json!({"span_id": "s", "server": "srv", "tool": "t",
+            "started_at": "2026-12-07T00:00:00Z", "duration_ms": 1, "status": status});
+        if let Some(raw) = arguments {
+            span["arguments"] = serde_json::from_str(raw).expect("JSON arguments");
+        }
+        let span: driftline_schemas::ToolCallSpan = serde_json::from_value(span).expect("a span");
+        let record = record_from_span(&span, &"p".parse().expect("a project"), span.started_at);
+        assert_eq!(record.argument_shape.as_deref(), expected, "{arguments:?}");
+        let text = serde_json::to_string(&record).expect("a record");
+        for secret in ["hunter2", "4111"] {
+            assert!(!text.contains(secret), "a value reached the record: {text}");
+        }
+    };
+    let q = shape_of(&serde_json::json!({"q": "hunter2", "limit": 4111})).expect("a shape");
+    check("success", Some(r#"{"q": "hunter2", "limit": 4111}"#), Some(&q));
+    check("error", Some(r#"{"q": "hunter2", "limit": 4111}"#), Some(&q));
+    check("success", None, None);
+    let empty = shape_of(&serde_json::json!({})).expect("a shape");
+    check("success", Some("{}"), Some(&empty));
+}

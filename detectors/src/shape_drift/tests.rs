@@ -215,6 +215,7 @@ fn signal_is_addressed_deterministically() {
         shape_hash: Some(shape_hex8("{temp:string}")),
         compact_bytes: Some(14),
         shape_outcome: ShapeOutcome::Fingerprinted,
+        argument_shape: None,
     };
     let firing = Firing {
         shape: "{temp:string}".into(),

@@ -360,6 +360,7 @@ impl DetectorStore for ClickHouseStore {
                     error: row.status == "error",
                     outcome: crate::stored_outcome(&row.shape_outcome),
                     shape_hash: row.shape_hash.as_deref(),
+                    argument_shape: None,
                 };
                 backfill.add(&call, *through);
             }

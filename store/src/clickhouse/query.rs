@@ -144,7 +144,7 @@ impl QueryStore for ClickHouseStore {
         let rows: Vec<rollup::AgentRow> = self
             .client
             .query(
-                "SELECT agent, calls, errors, duration_sum AS duration_sum_ms, last_call_ms, sessions FROM agent_rollups FINAL
+                "SELECT agent, calls, errors, duration_sum AS duration_sum_ms, last_call_ms, sessions, arguments FROM agent_rollups FINAL
                  WHERE project = ? AND server = ? AND tool = ?
                    AND ((bucket_seconds = 3600 AND bucket_ms >= ?) OR (bucket_seconds = 60 AND bucket_ms >= ? AND bucket_ms < ?))",
             )
@@ -157,7 +157,11 @@ impl QueryStore for ClickHouseStore {
             .fetch_all()
             .await?;
         let (agents, total_sessions) = rollup::agent_stats(rows)?;
-        views::drift_impact(&query, events, agents, total_sessions)
+        let schema = match query.input_schema {
+            Some(candidate) => Some(candidate.clone()),
+            None => crate::current_input_schema(self, query.project, query.server, query.tool).await?,
+        };
+        views::drift_impact(&query, events, agents, total_sessions, schema.as_ref())
     }
 
     async fn tool_schemas(&self, project: &str, server: &str) -> Result<Vec<ToolSchema>, StoreError> {

@@ -51,6 +51,8 @@ pub(super) struct AgentRollupRow {
     pub(super) last_call_ms: i64,
     #[serde(with = "serde_bytes")]
     pub(super) sessions: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub(super) arguments: Vec<u8>,
 }
 
 /// What the rollup rows a detector asks for have in common, to read them in one range.
@@ -115,6 +117,7 @@ pub(super) fn rollup_rows(rows: &[Rollup]) -> (Vec<ToolRollupRow>, Vec<AgentRoll
                 duration_sum: row.duration_sum_ms,
                 last_call_ms: row.last_call_ms,
                 sessions: row.sessions.encode(),
+                arguments: row.arguments.encode(),
             }),
         }
     }
@@ -149,6 +152,7 @@ impl ToolRollupRow {
             latency: rollup::LatencySketch::decode(&self.latency)?,
             shapes: rollup::ShapeCounts::decode(&self.shapes)?,
             sessions: rollup::SessionSketch::default(),
+            arguments: rollup::ArgumentShapes::default(),
         })
     }
 }
@@ -170,6 +174,7 @@ impl AgentRollupRow {
             duration_sum_ms: self.duration_sum,
             last_call_ms: self.last_call_ms,
             sessions: rollup::SessionSketch::decode(&self.sessions)?,
+            arguments: rollup::ArgumentShapes::decode(&self.arguments)?,
             ..Default::default()
         })
     }

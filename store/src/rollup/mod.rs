@@ -15,6 +15,7 @@
 //! however the replay is split into batches. The detector keeps the rows it wrote in a [`RollupCache`]
 //! and reads the others from the store before folding.
 
+mod arguments;
 mod read;
 mod sketch;
 #[cfg(test)]
@@ -24,7 +25,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use driftline_schemas::{CallStatus, InputPosition, ShapeOutcome, ToolCallRecord};
 
-pub(crate) use read::{agent_stats, bucket_aggregates, outcome_rows, AgentRow, BucketRow};
+pub use arguments::ArgumentShapes;
+pub(crate) use read::{
+    agent_stats, bucket_aggregates, outcome_rows, AgentRow, AgentStats, BucketAggregate, BucketRow,
+};
 pub use sketch::{
     session_hash, LatencyMerge, LatencySketch, SessionSketch, ShapeCounts, SketchError, LATENCY_ACCURACY,
 };
@@ -75,6 +79,8 @@ pub struct Rollup {
     pub shapes: ShapeCounts,
     /// Agent rows: distinct session ids.
     pub sessions: SessionSketch,
+    /// Agent rows: the shapes of the arguments the calls sent (when their spans recorded them).
+    pub arguments: ArgumentShapes,
 }
 
 /// What a rollup keeps of a call (from a record, or from a stored row when rollups are rebuilt).
@@ -91,6 +97,9 @@ pub struct CallFacts<'a> {
     pub error: bool,
     pub outcome: ShapeOutcome,
     pub shape_hash: Option<&'a str>,
+    /// The shape of the arguments sent, when the span recorded them (stored calls rebuilt into rollups
+    /// have none: raw calls do not keep it).
+    pub argument_shape: Option<&'a str>,
 }
 
 impl<'a> From<&'a ToolCallRecord> for CallFacts<'a> {
@@ -107,6 +116,7 @@ impl<'a> From<&'a ToolCallRecord> for CallFacts<'a> {
             error: call.status == CallStatus::Error,
             outcome: call.shape_outcome,
             shape_hash: call.shape_hash.as_deref(),
+            argument_shape: call.argument_shape.as_deref(),
         }
     }
 }
@@ -173,6 +183,9 @@ impl Rollup {
         if self.key.agent.is_some() {
             if let Some(session) = call.session {
                 self.sessions.insert(session_hash(session), SessionSketch::STORED_EXACT_LIMIT);
+            }
+            if let Some(shape) = call.argument_shape {
+                self.arguments.insert(shape);
             }
         } else {
             self.outcomes[outcome_index(call.outcome)] += 1;

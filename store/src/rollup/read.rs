@@ -3,9 +3,34 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{LatencyMerge, SessionSketch, ShapeCounts};
-use crate::views::{AgentStats, BucketAggregate};
+use super::{ArgumentShapes, LatencyMerge, SessionSketch, ShapeCounts};
 use crate::StoreError;
+
+/// One agent's use of a tool over a window, summed from its rollup rows.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AgentStats {
+    pub agent: String,
+    /// Distinct sessions (estimated beyond the exact limit).
+    pub sessions: u64,
+    pub calls: u64,
+    pub errors: u64,
+    pub avg_latency_ms: f64,
+    pub last_call_ms: i64,
+    /// The shapes of the arguments its calls sent, where their spans recorded them.
+    pub arguments: ArgumentShapes,
+}
+
+/// What a store aggregates for one timeline bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct BucketAggregate {
+    pub calls: u64,
+    pub errors: u64,
+    /// Calls with a conclusive shape, and how many of them had the bucket's most frequent one.
+    pub fingerprinted: u64,
+    pub dominant: u64,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+}
 
 /// An agent row as a drift-impact read selects it (ClickHouse reads it by these column names too).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, clickhouse::Row)]
@@ -18,6 +43,9 @@ pub(crate) struct AgentRow {
     /// An encoded [`SessionSketch`].
     #[serde(with = "serde_bytes")]
     pub sessions: Vec<u8>,
+    /// Encoded [`ArgumentShapes`].
+    #[serde(with = "serde_bytes")]
+    pub arguments: Vec<u8>,
 }
 
 /// Per agent (most calls first, then by name): sessions, calls, errors, average latency and last call;
@@ -29,6 +57,7 @@ pub(crate) fn agent_stats(rows: Vec<AgentRow>) -> Result<(Vec<AgentStats>, u64),
         duration_sum_ms: f64,
         last_call_ms: i64,
         sessions: SessionSketch,
+        arguments: ArgumentShapes,
     }
     let mut agents: HashMap<String, Sum> = HashMap::new();
     let mut everyone = SessionSketch::default();
@@ -41,22 +70,29 @@ pub(crate) fn agent_stats(rows: Vec<AgentRow>) -> Result<(Vec<AgentStats>, u64),
             duration_sum_ms: 0.0,
             last_call_ms: i64::MIN,
             sessions: SessionSketch::default(),
+            arguments: ArgumentShapes::default(),
         });
         sum.calls += row.calls;
         sum.errors += row.errors;
         sum.duration_sum_ms += row.duration_sum_ms;
         sum.last_call_ms = sum.last_call_ms.max(row.last_call_ms);
         sum.sessions.merge(&sessions, SessionSketch::READ_EXACT_LIMIT);
+        sum.arguments.merge(&ArgumentShapes::decode(&row.arguments)?);
     }
     let mut stats: Vec<AgentStats> = agents
         .into_iter()
         .filter(|(_, sum)| sum.calls > 0)
-        .map(|(agent, sum)| {
-            let average = sum.duration_sum_ms / sum.calls as f64;
-            (agent, sum.sessions.estimate(), sum.calls, sum.errors, average, sum.last_call_ms)
+        .map(|(agent, sum)| AgentStats {
+            avg_latency_ms: sum.duration_sum_ms / sum.calls as f64,
+            sessions: sum.sessions.estimate(),
+            calls: sum.calls,
+            errors: sum.errors,
+            last_call_ms: sum.last_call_ms,
+            arguments: sum.arguments,
+            agent,
         })
         .collect();
-    stats.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+    stats.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.agent.cmp(&b.agent)));
     Ok((stats, everyone.estimate()))
 }
 

@@ -16,7 +16,7 @@ pub struct SketchError {
     why: &'static str,
 }
 
-fn bad(what: &'static str, why: &'static str) -> SketchError {
+pub(super) fn bad(what: &'static str, why: &'static str) -> SketchError {
     SketchError { what, why }
 }
 
@@ -582,7 +582,7 @@ impl ShapeCounts {
     }
 }
 
-fn varint(out: &mut Vec<u8>, mut value: u64) {
+pub(super) fn varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8) | 0x80);
         value >>= 7;
@@ -599,13 +599,13 @@ fn unzigzag(value: u64) -> i64 {
 }
 
 /// Reads what the encoders above wrote; every length is checked against the bytes left.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    what: &'static str,
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) what: &'static str,
 }
 
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], SketchError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&[u8], SketchError> {
         if self.bytes.len() < n {
             return Err(bad(self.what, "ends early"));
         }
@@ -614,7 +614,7 @@ impl Reader<'_> {
         Ok(head)
     }
 
-    fn byte(&mut self) -> Result<u8, SketchError> {
+    pub(super) fn byte(&mut self) -> Result<u8, SketchError> {
         Ok(self.take(1)?[0])
     }
 
@@ -624,7 +624,7 @@ impl Reader<'_> {
         Ok(array)
     }
 
-    fn varint(&mut self) -> Result<u64, SketchError> {
+    pub(super) fn varint(&mut self) -> Result<u64, SketchError> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = self.byte()?;
@@ -637,7 +637,7 @@ impl Reader<'_> {
     }
 
     /// A count of items, each at least `min_bytes` long: never more than the bytes left could hold.
-    fn length(&mut self, min_bytes: usize) -> Result<usize, SketchError> {
+    pub(super) fn length(&mut self, min_bytes: usize) -> Result<usize, SketchError> {
         let n = self.varint()?;
         if n > (self.bytes.len() / min_bytes.max(1)) as u64 {
             return Err(bad(self.what, "count beyond its bytes"));
@@ -645,7 +645,7 @@ impl Reader<'_> {
         Ok(n as usize)
     }
 
-    fn end(&self) -> Result<(), SketchError> {
+    pub(super) fn end(&self) -> Result<(), SketchError> {
         if self.bytes.is_empty() {
             Ok(())
         } else {

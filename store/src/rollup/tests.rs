@@ -36,6 +36,7 @@ fn call(
         shape_hash: Some("aaaaaaaa".into()),
         compact_bytes: Some(7),
         shape_outcome: ShapeOutcome::Fingerprinted,
+        argument_shape: None,
     }
 }
 
@@ -436,10 +437,29 @@ fn impact_sums_an_agents_rows_and_counts_sessions_across_them() {
         duration_sum_ms: calls as f64 * 10.0,
         last_call_ms: last,
         sessions: sessions(ids, SessionSketch::STORED_EXACT_LIMIT).encode(),
+        arguments: {
+            let mut shapes = ArgumentShapes::default();
+            (0..calls).for_each(|_| shapes.insert(&format!("{{\"{agent}\":\"string\"}}")));
+            shapes.encode()
+        },
     };
     let (agents, total) =
         agent_stats(vec![row("b", 2, 0..2, 5), row("a", 3, 0..3, 7), row("b", 4, 1..4, 9)]).expect("rows");
-    assert_eq!(agents, vec![("b".into(), 4, 6, 2, 10.0, 9), ("a".into(), 3, 3, 1, 10.0, 7)]);
+    let summary: Vec<_> = agents
+        .iter()
+        .map(|a| {
+            (
+                a.agent.as_str(),
+                a.sessions,
+                a.calls,
+                a.errors,
+                a.avg_latency_ms,
+                a.last_call_ms,
+                a.arguments.total(),
+            )
+        })
+        .collect();
+    assert_eq!(summary, vec![("b", 4, 6, 2, 10.0, 9, 6), ("a", 3, 3, 1, 10.0, 7, 3)]);
     assert_eq!(total, 4);
 }
 

@@ -62,6 +62,7 @@ impl DetectorStore for SqliteStore {
                         error: status == "error",
                         outcome: crate::stored_outcome(&outcome),
                         shape_hash: hash.as_deref(),
+                        argument_shape: None,
                     };
                     backfill.add(&call, through);
                 }

@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../schemas/sqlite/0009_append_keys.sql"),
     include_str!("../../../schemas/sqlite/0010_expiry.sql"),
     include_str!("../../../schemas/sqlite/0011_surfaces.sql"),
+    include_str!("../../../schemas/sqlite/0012_argument_shapes.sql"),
 ];
 const WORKER: &str = "detectors";
 

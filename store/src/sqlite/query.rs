@@ -169,10 +169,10 @@ impl QueryStore for SqliteStore {
                 let events: Vec<String> =
                     select.query_map(params![project, server], |row| row.get(0))?.collect::<Result<_, _>>()?;
                 let mut select = connection.prepare_cached(
-                    "SELECT agent, calls, errors, duration_sum, last_call_ms, sessions FROM agent_rollups
+                    "SELECT agent, calls, errors, duration_sum, last_call_ms, sessions, arguments FROM agent_rollups
                      WHERE project = ?1 AND server = ?2 AND tool = ?3 AND bucket_seconds = 3600 AND bucket_ms >= ?5
                      UNION ALL
-                     SELECT agent, calls, errors, duration_sum, last_call_ms, sessions FROM agent_rollups
+                     SELECT agent, calls, errors, duration_sum, last_call_ms, sessions, arguments FROM agent_rollups
                      WHERE project = ?1 AND server = ?2 AND tool = ?3 AND bucket_seconds = 60
                        AND bucket_ms >= ?4 AND bucket_ms < ?5",
                 )?;
@@ -187,6 +187,7 @@ impl QueryStore for SqliteStore {
                                 duration_sum_ms: row.get(3)?,
                                 last_call_ms: row.get(4)?,
                                 sessions: row.get(5)?,
+                                arguments: row.get(6)?,
                             })
                         },
                     )?
@@ -195,7 +196,11 @@ impl QueryStore for SqliteStore {
             })
             .await?;
         let (agents, total_sessions) = rollup::agent_stats(rows)?;
-        views::drift_impact(&query, events, agents, total_sessions)
+        let schema = match query.input_schema {
+            Some(candidate) => Some(candidate.clone()),
+            None => crate::current_input_schema(self, query.project, query.server, query.tool).await?,
+        };
+        views::drift_impact(&query, events, agents, total_sessions, schema.as_ref())
     }
 
     async fn tool_schemas(&self, project: &str, server: &str) -> Result<Vec<ToolSchema>, StoreError> {

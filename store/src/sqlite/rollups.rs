@@ -13,7 +13,7 @@ pub(super) const TOOL_ROLLUP_COLUMNS: &str =
 
 pub(super) const AGENT_ROLLUP_COLUMNS: &str =
     "project, server, tool, bucket_seconds, bucket_ms, agent, through_partition,
-    through_offset, calls, errors, duration_sum, last_call_ms, sessions";
+    through_offset, calls, errors, duration_sum, last_call_ms, sessions, arguments";
 
 /// Rollup rows replace what the store holds (they only grow: a row with fewer calls is never written
 /// over one with more).
@@ -31,11 +31,11 @@ pub(super) fn write_rollups(transaction: &Transaction<'_>, rows: &[Rollup]) -> R
          WHERE excluded.calls >= tool_rollups.calls"
     ))?;
     let mut agent = transaction.prepare_cached(&format!(
-        "INSERT INTO agent_rollups ({AGENT_ROLLUP_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+        "INSERT INTO agent_rollups ({AGENT_ROLLUP_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
          ON CONFLICT (project, server, tool, bucket_seconds, bucket_ms, agent) DO UPDATE SET
              through_partition = excluded.through_partition, through_offset = excluded.through_offset,
              calls = excluded.calls, errors = excluded.errors, duration_sum = excluded.duration_sum,
-             last_call_ms = excluded.last_call_ms, sessions = excluded.sessions
+             last_call_ms = excluded.last_call_ms, sessions = excluded.sessions, arguments = excluded.arguments
          WHERE excluded.calls >= agent_rollups.calls"
     ))?;
     for row in rows {
@@ -83,6 +83,7 @@ pub(super) fn write_rollups(transaction: &Transaction<'_>, rows: &[Rollup]) -> R
                     row.duration_sum_ms,
                     row.last_call_ms,
                     row.sessions.encode(),
+                    row.arguments.encode(),
                 ])?;
             }
         }
@@ -126,7 +127,7 @@ pub(super) fn read_rollups(connection: &Connection, keys: &[RollupKey]) -> Resul
                 .optional()?,
             Some(name) => agent
                 .query_row(params![key.project, key.server, key.tool, seconds, key.bucket_ms, name], |row| {
-                    let sessions: Vec<u8> = row.get(12)?;
+                    let sessions: (Vec<u8>, Vec<u8>) = (row.get(12)?, row.get(13)?);
                     Ok((StoredColumns { offset: 1 }.rollup(key, row)?, [0; 7], None, Some(sessions)))
                 })
                 .optional()?,
@@ -137,8 +138,9 @@ pub(super) fn read_rollups(connection: &Connection, keys: &[RollupKey]) -> Resul
             rollup.latency = rollup::LatencySketch::decode(&latency)?;
             rollup.shapes = rollup::ShapeCounts::decode(&shapes)?;
         }
-        if let Some(sessions) = sessions {
+        if let Some((sessions, arguments)) = sessions {
             rollup.sessions = rollup::SessionSketch::decode(&sessions)?;
+            rollup.arguments = rollup::ArgumentShapes::decode(&arguments)?;
         }
         rows.push(rollup);
     }

@@ -28,6 +28,7 @@ fn call_at(span: &str, at: Timestamp) -> driftline_schemas::ToolCallRecord {
         shape_hash: None,
         compact_bytes: None,
         shape_outcome: driftline_schemas::ShapeOutcome::Absent,
+        argument_shape: None,
     }
 }
 
@@ -172,8 +173,8 @@ async fn rows_past_their_retention_are_expired() {
          INSERT INTO notifications_sent (webhook, id, outcome, sent_at) VALUES ('w', 'n', 'sent', {t0});
          INSERT INTO tool_rollups VALUES ('p', 60, {t0}, 's', 't', 0, 0, 1, 0, 5, {t0}, 0, 0, 0, 0, 0, 0, 0, x'', x''),
                                          ('p', 3600, {t0}, 's', 't', 0, 0, 1, 0, 5, {t0}, 0, 0, 0, 0, 0, 0, 0, x'', x'');
-         INSERT INTO agent_rollups VALUES ('p', 's', 't', 60, {t0}, 'a', 0, 0, 1, 0, 5, {t0}, x''),
-                                          ('p', 's', 't', 3600, {t0}, 'a', 0, 0, 1, 0, 5, {t0}, x'');",
+         INSERT INTO agent_rollups VALUES ('p', 's', 't', 60, {t0}, 'a', 0, 0, 1, 0, 5, {t0}, x'', x''),
+                                          ('p', 's', 't', 3600, {t0}, 'a', 0, 0, 1, 0, 5, {t0}, x'', x'');",
         t0 = t0.as_millis()
     ))
     .expect("rows");

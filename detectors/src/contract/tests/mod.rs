@@ -1,5 +1,6 @@
 //! Tests of the declared-output contract check, by concern; the helpers they share are here.
 
+mod arguments;
 mod budgets;
 mod check;
 mod parser;

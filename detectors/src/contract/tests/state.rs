@@ -281,6 +281,7 @@ fn contract_signal_is_addressed_deterministically() {
         shape_hash: Some(shape_hex8("{temp:string}")),
         compact_bytes: Some(14),
         shape_outcome: ShapeOutcome::Fingerprinted,
+        argument_shape: None,
     };
     let mut state = ToolContractState::default();
     let weather: Value = serde_json::from_str(WEATHER).expect("schema");
