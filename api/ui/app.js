@@ -774,10 +774,12 @@ async function settingsPage() {
     e.preventDefault();
     const body = {};
     const choices = ['baseline', 'security_hold'];
+    const switches = ['argument_shapes'];
     for (const key of Object.keys(t)) {
-      if (!choices.includes(key)) body[key] = Number(form.elements[key].value);
+      if (!choices.includes(key) && !switches.includes(key)) body[key] = Number(form.elements[key].value);
     }
     for (const key of choices) body[key] = form.elements[key].value;
+    for (const key of switches) body[key] = form.elements[key].checked;
     try {
       await api('/api/settings/detector-thresholds', { method: 'PUT', body: JSON.stringify(body) });
       message.replaceChildren(h('p', { class: 'form-ok' }, 'Saved.'));
@@ -797,6 +799,10 @@ async function settingsPage() {
     ['medium', 'medium — a change with a security flag of medium or high waits for a person'],
     ['high', 'high — only high-severity flags hold a change'],
   ].map(([value, label]) => h('option', { value, selected: t.security_hold === value ? '' : null }, label))),
+  h('h2', {}, 'Real calls'),
+  h('label', { for: 'argument_shapes', class: 'switch' },
+    h('input', { id: 'argument_shapes', name: 'argument_shapes', type: 'checkbox', checked: t.argument_shapes === true }),
+    ' Keep the shapes of the arguments calls send (keys and kinds, never a value), to tell which calls a new input schema rejects'),
   h('h2', {}, 'Return-shape detector thresholds'),
   field('min_history_calls', 'Minimum history calls'),
   field('history_window', 'History window'),
