@@ -358,6 +358,15 @@ fn drift_and_down_up_reach_webhooks_once_signed_after_a_failed_attempt() {
     let mut server = Server::start(&dir, Some(&config), &[]);
     let client = server.client(None);
     client.wait_for("/api/health/servers/live-mcp", "the baseline", |s| s["status"] == "UP");
+    // An agent calls tool_1 with `q` only: the change below makes `region` required, which its calls lack.
+    let calls: Vec<Value> = (0..3)
+        .map(|i| json!({"span_id": format!("c{i}"), "agent_name": "planner", "server": "live-mcp", "tool": "tool_1",
+            "started_at": support::recent(), "duration_ms": 5, "status": "success", "arguments": {"q": "x"}}))
+        .collect();
+    assert_eq!(client.post_json("/v1/spans", &Value::Array(calls)).0, 202);
+    client.wait_for("/api/health/servers/live-mcp/drift-impact?tool_name=tool_1", "3 calls", |impact| {
+        impact["consumers"][0]["call_count"] == 3
+    });
 
     // A breaking change: both receivers hear of it, the JSON one after its 500.
     if let Ok(mut tools) = catalog.tools.lock() {
@@ -377,6 +386,11 @@ fn drift_and_down_up_reach_webhooks_once_signed_after_a_failed_attempt() {
     );
     assert_eq!(body["counts"]["breaking"], 1, "{body}");
     assert_eq!(body["top_changes"][0]["change_type"], "param_became_required", "{body}");
+    assert_eq!(
+        body["affected_agents"],
+        json!(["tool_1: planner — 3 of 3 calls would be rejected — region: required by the declared schema, missing"]),
+        "{body}"
+    );
     assert_eq!(body["dashboard_url"], "https://driftline.example/#/servers/live-mcp/drift", "{body}");
     let history = client.get("/api/health/servers/live-mcp/drift-history").1;
     assert_eq!(body["event_id"], history[0]["id"], "the notification names the event");

@@ -135,6 +135,13 @@ pub fn slack_body(notification: &Notification, public_url: Option<&str>) -> Valu
             json!({"type": "section", "text": {"type": "mrkdwn", "text": escape_len(lines.join("\n"))}}),
         );
     }
+    if !notification.affected_agents.is_empty() {
+        let mut lines = vec!["*Affected agents (24h)*".to_owned()];
+        lines.extend(notification.affected_agents.iter().map(|line| format!("• {}", escape(line, 300))));
+        blocks.push(
+            json!({"type": "section", "text": {"type": "mrkdwn", "text": escape_len(lines.join("\n"))}}),
+        );
+    }
     if let Some(note) = &notification.note {
         blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": escape(note, MAX_NOTE)}}));
     }
@@ -252,6 +259,21 @@ mod tests {
         assert!(body.contains("5000 security flag(s)"), "{body}");
         assert!(body.len() < 10_000, "{} bytes", body.len());
         assert!(json_body(&notification, None).to_string().len() < 20_000);
+    }
+
+    #[test]
+    fn affected_agents_ride_in_both_bodies_as_text() {
+        let mut notification = Notification::drift(&event());
+        assert!(!json_body(&notification, None).to_string().contains("affected_agents"), "none: no field");
+        notification.affected_agents = vec![
+            "search: planner — 23 of 24 calls would be rejected — filters: required by the declared schema, missing".into(),
+            "search: <b>bot</b> — 3 calls in 24h".into(),
+        ];
+        assert_eq!(json_body(&notification, None)["affected_agents"][0], notification.affected_agents[0]);
+        let text = slack_body(&notification, None).to_string();
+        assert!(text.contains("*Affected agents (24h)*"), "{text}");
+        assert!(text.contains("• search: planner — 23 of 24 calls would be rejected"), "{text}");
+        assert!(text.contains("&lt;b&gt;bot&lt;/b&gt;") && !text.contains("<b>"), "{text}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! (its cursor), so a restart neither loses nor repeats more than the notification in flight, and a slow or
 //! failing receiver never touches detection.
 
+mod affected;
 mod events;
 mod format;
 mod metrics;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use driftline_schemas::{Classification, Notification, NotificationKind, Timestamp};
-use driftline_store::NotificationStore;
+use driftline_store::{NotificationStore, Store};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
@@ -184,9 +185,10 @@ struct Pending {
 pub async fn run(
     webhook: Webhook,
     settings: NotifySettings,
-    store: Arc<dyn NotificationStore>,
+    traffic: Arc<dyn Store>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let store: Arc<dyn NotificationStore> = traffic.clone();
     let id = webhook.id();
     let client = match reqwest::Client::builder().timeout(settings.timeout).build() {
         Ok(client) => client,
@@ -240,6 +242,11 @@ pub async fn run(
             None => settings.poll,
             Some(head) => {
                 head.attempts += 1;
+                if head.attempts == 1 {
+                    let now = Timestamp::from(chrono::Utc::now());
+                    head.notification.affected_agents =
+                        affected::affected_agents(traffic.as_ref(), &head.notification, now).await;
+                }
                 match deliver(&client, &webhook, &head.notification, settings.public_url.as_deref()).await {
                     Ok(()) => {
                         let delivery = Delivery::Sent;
@@ -334,7 +341,7 @@ async fn deliver(
 pub fn spawn(
     webhooks: Vec<Webhook>,
     settings: NotifySettings,
-    store: Arc<dyn NotificationStore>,
+    store: Arc<dyn Store>,
     shutdown: watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     webhooks

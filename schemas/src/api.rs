@@ -82,6 +82,27 @@ impl ArgumentCheck {
     pub const MAX_REASONS: usize = 5;
 }
 
+impl ToolConsumer {
+    /// What the tool's input schema says of this agent's real calls, in the words the CLI, the dashboard
+    /// and notifications use: `23 of 24 calls would be rejected — filters: required by the declared schema,
+    /// missing`.
+    pub fn real_calls(&self) -> String {
+        let calls = self.call_count;
+        match &self.arguments {
+            None => "no recorded arguments".to_owned(),
+            Some(check) if check.rejected_calls > 0 => {
+                let reason = check.reasons.first().map(|r| format!(" — {r}")).unwrap_or_default();
+                format!("{} of {calls} calls would be rejected{reason}", check.rejected_calls)
+            }
+            Some(check) if check.unknown_calls > 0 => format!(
+                "{} of {calls} calls accepted, {} with arguments not recorded or not checkable",
+                check.accepted_calls, check.unknown_calls
+            ),
+            Some(check) => format!("all {} calls accepted", check.accepted_calls),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DriftImpact {
     pub server_name: String,

@@ -81,6 +81,11 @@ pub struct Notification {
     /// Mismatch: the tool whose returns mismatch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
+    /// Drift: the agents that called the changed tools in the last 24 hours, one line each, with what the
+    /// new input schema makes of their real calls where they recorded arguments. Filled in by the notifier
+    /// when it first sends the notification (the detector stores it without).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub affected_agents: Vec<String>,
 }
 
 impl Notification {
@@ -124,6 +129,7 @@ impl Notification {
             max_severity: event.max_severity,
             note: None,
             tool: None,
+            affected_agents: Vec::new(),
         }
     }
 
@@ -146,6 +152,7 @@ impl Notification {
             max_severity: None,
             note: Some(reasons.join("; ")),
             tool: Some(signal.tool.clone()),
+            affected_agents: Vec::new(),
         }
     }
 
@@ -174,6 +181,7 @@ impl Notification {
             max_severity: None,
             note: Some(note),
             tool: None,
+            affected_agents: Vec::new(),
         }
     }
 }

@@ -314,22 +314,9 @@ fn impact_lines(impact: &DriftImpact) -> Vec<String> {
         .collect()
 }
 
-/// What the tool's current input schema says of an agent's real calls, in words:
-/// `23 of 24 calls would be rejected — filters: required by the declared schema, missing`.
+/// What the tool's current input schema says of an agent's real calls, in words (shared with notifications).
 pub fn real_calls(consumer: &driftline_schemas::api::ToolConsumer) -> String {
-    let calls = consumer.call_count;
-    match &consumer.arguments {
-        None => "no recorded arguments".to_owned(),
-        Some(check) if check.rejected_calls > 0 => {
-            let reason = check.reasons.first().map(|r| format!(" — {r}")).unwrap_or_default();
-            format!("{} of {calls} calls would be rejected{reason}", check.rejected_calls)
-        }
-        Some(check) if check.unknown_calls > 0 => format!(
-            "{} of {calls} calls accepted, {} with arguments not recorded or not checkable",
-            check.accepted_calls, check.unknown_calls
-        ),
-        Some(check) => format!("all {} calls accepted", check.accepted_calls),
-    }
+    consumer.real_calls()
 }
 
 /// A query-string value as a URL carries it: tool names come from servers and may hold `&`, `#` or spaces.
