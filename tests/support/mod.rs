@@ -342,7 +342,10 @@ pub fn stream_part(client: &Client, part: usize) {
         .map(|i| {
             let value =
                 if part >= 2 && i % 3 == 0 { json!({"id": "x"}) } else { json!({"id": 1, "ok": true}) };
-            span(&format!("p{part}-{i}"), "lookup", value)
+            let mut span = span(&format!("p{part}-{i}"), "lookup", value);
+            // Every other call sends `q` as a number, which the input schema (a string) rejects.
+            span["arguments"] = if i % 2 == 0 { json!({"q": "x"}) } else { json!({"q": i}) };
+            span
         })
         .collect();
     assert_eq!(client.post_json("/v1/spans", &Value::Array(spans)).0, 202);
@@ -384,7 +387,9 @@ pub fn outputs(client: &Client) -> Value {
         .as_array()
         .expect("consumers")
         .iter()
-        .map(|c| json!([c["agent_name"], c["session_count"], c["call_count"], c["error_count"]]))
+        .map(|c| {
+            json!([c["agent_name"], c["session_count"], c["call_count"], c["error_count"], c["arguments"]])
+        })
         .collect();
     json!({"events": events, "groups": groups, "status": shape["status"], "telemetry": shape["telemetry"],
         "server": [server["status"], server["schema_hash"], server["open_drift"]],
@@ -732,6 +737,13 @@ pub fn check_kill_mid_stream<D: Deployment>(start: impl Fn(&str, &Path) -> D) {
     // The stream drifted, reverted and drifted again: the events prove the lifecycle ran across the restart.
     assert!(restarted["events"].as_array().is_some_and(|e| e.len() >= 2), "{restarted}");
     assert!(restarted["groups"].as_array().is_some_and(|g| !g.is_empty()), "{restarted}");
+    // Argument shapes are counted exactly once across the kill, like every rollup.
+    assert_eq!(
+        restarted["impact"][0][0][4],
+        json!({"rejected_calls": 60, "accepted_calls": 60, "unknown_calls": 0,
+            "reasons": ["q: declared string, sent number"]}),
+        "{restarted}"
+    );
 }
 
 /// Polls `check` until it passes, for at most `seconds`; the panic names `what` and the last answer.
