@@ -92,6 +92,11 @@ unchanged = mean_ns("tool_drift", "hash_unchanged_tools50")
 if unchanged:
     add("tools50_unchanged", "tools50 pair unchanged: parse both, index both, compare hashes",
         f"{1e9 / unchanged:,.0f}/s ({unchanged / 1e3:,.1f} µs)", per_s=1e9 / unchanged)
+tokens, indexed = mean_ns("context_cost", "tokens_largest_real_list"), mean_ns("context_cost", "index_largest_real_list")
+if tokens and indexed:
+    add("context_cost_largest", "context cost: o200k_base tokens of the largest real list (firecrawl 3.26.0, 20,809 tokens)",
+        f"{tokens / 1e6:,.2f} ms", f"the detector reading and indexing that list: {indexed / 1e6:,.2f} ms",
+        tokens / indexed, ms=tokens / 1e6)
 observe = mean_ns("tool_drift", "observe_unchanged_tools50")
 if observe:
     add("tools50_observe_unchanged", "detector: a probe's unchanged tools50 list (parse, observe)",

@@ -149,7 +149,12 @@ fn diff_json_report() {
     assert_eq!(out["max_classification"], "BREAKING");
     assert_eq!(out["previous_hash"].as_str().map(str::len), Some(8));
     let keys: Vec<&String> = out.as_object().expect("object").keys().collect();
-    assert_eq!(keys, ["changes", "current_hash", "max_classification", "previous_hash"]);
+    assert_eq!(keys, ["changes", "context_cost", "current_hash", "max_classification", "previous_hash"]);
+    // What each list costs a model's context, in tokens and bytes.
+    assert_eq!(
+        out["context_cost"],
+        json!({"encoding": "o200k_base", "before": {"tokens": 48, "bytes": 189}, "after": {"tokens": 76, "bytes": 295}})
+    );
     let first = &out["changes"][0];
     let fields: Vec<&String> = first.as_object().expect("change").keys().collect();
     assert_eq!(
@@ -260,10 +265,14 @@ fn diff_lists_a_bounded_number_of_changes_and_counts_the_rest() {
     assert_eq!(run.code, 1, "breaking drift: exit 1; stderr {}", run.stderr);
     let first = run.stdout.lines().next().unwrap_or_default();
     assert!(first.ends_with(": 6000 changes (3000 breaking, 3000 compatible)"), "{first}");
-    let last = run.stdout.lines().last().unwrap_or_default();
+    let lines: Vec<&str> = run.stdout.lines().collect();
     assert_eq!(
-        last,
-        "  … and 4000 more changes not listed (2000 breaking, 2000 compatible): at most 1000 of each kind are listed."
+        lines[lines.len().saturating_sub(3)..],
+        [
+            "  … and 4000 more changes not listed (2000 breaking, 2000 compatible): at most 1000 of each kind are listed.",
+            "",
+            "Context cost (o200k_base): 11,027 → 11,027 tokens, no change in tokens; 22,988 → 22,988 bytes",
+        ]
     );
     let out = json_out(&driftline(&["diff", old, new, "--format", "json"], b""));
     assert_eq!(out["changes"].as_array().map(Vec::len), Some(2_000));

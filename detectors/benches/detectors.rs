@@ -219,6 +219,26 @@ fn tool_list_diff(c: &mut Criterion) {
     group.finish();
 }
 
+/// What counting a list's tokens costs, next to what the detector does with that list when it arrives new
+/// (read it, normalise and hash every tool): on the largest list of tests/real (by tokens).
+fn context_cost(c: &mut Criterion) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/real/lists/firecrawl/3.26.0.json");
+    let Ok(text) = std::fs::read_to_string(path) else { return };
+    let tools = ToolsText::parse(&text).expect("a tool list");
+    let mut group = c.benchmark_group("context_cost");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("tokens_largest_real_list", |b| {
+        b.iter(|| driftline_detectors::context_cost::ContextCost::of_tools(black_box(&tools)))
+    });
+    group.bench_function("index_largest_real_list", |b| {
+        b.iter(|| {
+            let tools = ToolsText::parse(black_box(&text)).expect("a tool list");
+            ToolIndex::new(&tools).hash()
+        })
+    });
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(30)
@@ -263,5 +283,5 @@ fn hostile_reviews(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group! { name = benches; config = config(); targets = shape_throughput, shape_drift_updates, tool_list_diff, hostile_reviews }
+criterion_group! { name = benches; config = config(); targets = shape_throughput, shape_drift_updates, tool_list_diff, hostile_reviews, context_cost }
 criterion_main!(benches);

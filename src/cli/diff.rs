@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
+use driftline_detectors::context_cost::{self, ContextCost};
 use driftline_detectors::tool_drift::{
     carried, check_tools_text, consequence, diff_indexed, diff_surfaces, max_classification, server_hash,
     short_hash, IndexedList, ToolIndex,
@@ -55,6 +56,15 @@ struct DiffOutput<'a> {
     changes: &'a [SchemaChange],
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     omitted_changes: &'a BTreeMap<Classification, u64>,
+    /// What each list costs a model's context (`o200k_base` tokens and bytes of the tools array).
+    context_cost: CostChange,
+}
+
+#[derive(Serialize)]
+struct CostChange {
+    encoding: &'static str,
+    before: ContextCost,
+    after: ContextCost,
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
@@ -80,6 +90,11 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         max_classification: max_classification(&listed.changes),
         changes: &listed.changes,
         omitted_changes: &listed.omitted,
+        context_cost: CostChange {
+            encoding: context_cost::ENCODING,
+            before: ContextCost::of_tools(&old),
+            after: ContextCost::of_tools(&new),
+        },
     };
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&output)?),
@@ -93,6 +108,16 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
                     output.omitted_changes,
                     &Default::default()
                 )
+            );
+            let (before, after) = (output.context_cost.before, output.context_cost.after);
+            println!(
+                "\nContext cost ({}): {} → {} tokens, {}; {} → {} bytes",
+                context_cost::ENCODING,
+                context_cost::grouped(before.tokens),
+                context_cost::grouped(after.tokens),
+                ContextCost::delta(before, after),
+                context_cost::grouped(before.bytes),
+                context_cost::grouped(after.bytes),
             )
         }
     }
