@@ -79,15 +79,19 @@ mod tests {
 
     #[test]
     fn a_list_is_counted_as_the_array_a_client_sends() {
-        let tools =
-            ToolsText::parse("[{\"name\": \"search\",\n  \"description\": \"Search the web\"}, {\"name\":\"fetch\"}]")
-                .expect("tools");
+        let tools = ToolsText::parse(
+            "[{\"name\": \"search\",\n  \"description\": \"Search the web\"}, {\"name\":\"fetch\"}]",
+        )
+        .expect("tools");
         let cost = ContextCost::of_tools(&tools);
         let text = r#"[{"name":"search","description":"Search the web"},{"name":"fetch"}]"#;
         assert_eq!(cost, ContextCost::of_text(text));
         assert_eq!(cost.bytes, text.len() as u64);
         assert!(cost.tokens > 10 && cost.tokens < cost.bytes, "{cost:?}");
-        assert_eq!(ContextCost::of_tools(&ToolsText::parse("[]").expect("tools")), ContextCost { tokens: 1, bytes: 2 });
+        assert_eq!(
+            ContextCost::of_tools(&ToolsText::parse("[]").expect("tools")),
+            ContextCost { tokens: 1, bytes: 2 }
+        );
     }
 
     #[test]

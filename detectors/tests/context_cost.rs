@@ -19,7 +19,8 @@ fn every_real_list_has_its_token_count() {
         let server = server.expect("a server").path();
         for list in std::fs::read_dir(&server).expect("a server's lists") {
             let path = list.expect("a list").path();
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            let text =
+                std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
             let tools = ToolsText::parse(&text).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
             let name = format!(
                 "{}@{}",
