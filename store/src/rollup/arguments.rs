@@ -18,10 +18,12 @@ pub struct ArgumentShapes {
 }
 
 impl ArgumentShapes {
-    /// Distinct shapes a stored row keeps.
-    pub const LIMIT: usize = 16;
-    /// Longest shape a row keeps (a larger one is counted in `other`).
-    pub const MAX_SHAPE_BYTES: usize = 4096;
+    /// Distinct shapes a stored row keeps. With [`Self::MAX_SHAPE_BYTES`], at most 8 KiB a row: the
+    /// detector's rollup cache (20,000 rows) then holds at most 160 MiB of them however calls are shaped,
+    /// and real tools' arguments (a few keys) take tens of bytes.
+    pub const LIMIT: usize = 8;
+    /// Longest shape a row keeps (about 30 parameters; a larger one is counted in `other`).
+    pub const MAX_SHAPE_BYTES: usize = 1024;
 
     pub fn insert(&mut self, shape: &str) {
         if let Some(count) = self.shapes.get_mut(shape) {
@@ -115,7 +117,7 @@ mod tests {
         shapes.insert(&"x".repeat(ArgumentShapes::MAX_SHAPE_BYTES + 1));
         assert_eq!(shapes.shapes().count(), ArgumentShapes::LIMIT);
         assert_eq!(shapes.shapes().find(|(s, _)| *s == "{\"k0\":\"string\"}").map(|(_, n)| n), Some(2));
-        assert_eq!((shapes.other(), shapes.total()), (5, 22));
+        assert_eq!((shapes.other(), shapes.total()), (13, 22));
     }
 
     #[test]
