@@ -1806,6 +1806,43 @@ fn impact_tells_which_real_calls_a_candidate_list_would_reject() {
         "{stdout}"
     );
     assert!(stdout.contains("6 observed calls would be rejected"), "{stdout}");
+    // Hostile checks are refused with the reason, or bounded: bad names, fields and hours, another site's page,
+    // and a schema far larger than any real tool's (past the checker's node budget: calls are not known,
+    // never rejected on a guess).
+    let path = "/api/health/servers/search-mcp/drift-impact";
+    for (server, body, reason) in [
+        ("..", json!({"tool_name": "search_web", "input_schema": {}}), "server name"),
+        ("search-mcp", json!({"tool_name": "..", "input_schema": {}}), "tool name"),
+        ("search-mcp", json!({"tool_name": "search_web"}), "input_schema"),
+        ("search-mcp", json!({"tool_name": "search_web", "input_schema": {}, "extra": 1}), "extra"),
+        ("search-mcp", json!({"tool_name": "search_web", "input_schema": {}, "hours": 0}), "hours = 0"),
+    ] {
+        let (status, answer) = client.post_json(&format!("/api/health/servers/{server}/drift-impact"), &body);
+        assert_eq!(status, 400, "{body}: {answer}");
+        let error = answer["error"].as_str().unwrap_or_default().to_lowercase();
+        assert!(error.contains(reason), "{body}: {answer}");
+    }
+    let host = server.url.trim_start_matches("http://");
+    let evil = [("Host", host), ("Origin", "https://evil.example"), ("Content-Type", "application/json")];
+    let body = json!({"tool_name": "search_web", "input_schema": {}}).to_string();
+    assert_eq!(raw_request(url, "POST", path, &evil, &body).0, 403, "another site's page");
+    let properties: serde_json::Map<String, Value> =
+        (0..120_000).map(|i| (format!("p{i}"), json!({"type": "string"}))).collect();
+    let huge = json!({"tool_name": "search_web", "input_schema": {"type": "object", "properties": properties,
+        "required": ["filters"]}});
+    let (status, answer) = client.post_json(path, &huge);
+    assert_eq!(status, 200, "{answer}");
+    let planner = &answer["consumers"][0];
+    assert_eq!(
+        (
+            planner["agent_name"].as_str(),
+            planner["arguments"]["rejected_calls"].as_u64(),
+            planner["arguments"]["unknown_calls"].as_u64()
+        ),
+        (Some("planner"), Some(0), Some(4)),
+        "{answer}"
+    );
+
     // Nothing was recorded: the server's list and history are as they were.
     assert_eq!(client.get("/api/health/servers/search-mcp/drift-history").1, json!([]));
     let names: Vec<String> = client

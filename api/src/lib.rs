@@ -71,6 +71,9 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .route("/", get(dashboard::index))
         .route("/ui/app.js", get(dashboard::app))
         .route("/ui/style.css", get(dashboard::style))
+        // Bodies are read under the server's limits before any handler (`driftline_http::body`), with a JSON
+        // refusal; axum's own 2 MB default would answer a larger one in plain text.
+        .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
         .split_for_parts()
 }

@@ -247,51 +247,32 @@ pub async fn run(
                     head.notification.affected_agents =
                         affected::affected_agents(traffic.as_ref(), &head.notification, now).await;
                 }
-                match deliver(&client, &webhook, &head.notification, settings.public_url.as_deref()).await {
-                    Ok(()) => {
-                        let delivery = Delivery::Sent;
-                        NotificationDelivered {
-                            webhook: &id,
-                            notification: &head.notification,
-                            attempts: head.attempts,
-                            delivery,
-                            reason: None,
-                        }
-                        .emit();
+                let sent =
+                    deliver(&client, &webhook, &head.notification, settings.public_url.as_deref()).await;
+                let delivery = match &sent {
+                    Ok(()) => Delivery::Sent,
+                    Err(_) if head.attempts >= settings.max_attempts => Delivery::Failed,
+                    Err(_) => Delivery::Retried { wait: backoff(head.attempts) },
+                };
+                let reason = sent.as_ref().err().map(|reason| reason as &dyn std::fmt::Display);
+                let attempts = head.attempts;
+                NotificationDelivered {
+                    webhook: &id,
+                    notification: &head.notification,
+                    attempts,
+                    delivery,
+                    reason,
+                }
+                .emit();
+                match delivery {
+                    Delivery::Retried { wait } => wait,
+                    // Sent, or given up: recorded, and the next one's turn.
+                    _ => {
                         let done = head.notification.id.clone();
                         record(store.as_ref(), &id, &done, delivery.as_str()).await;
                         queue.pop_front();
                         queued.remove(&done);
                         Duration::ZERO
-                    }
-                    Err(reason) if head.attempts >= settings.max_attempts => {
-                        let delivery = Delivery::Failed;
-                        NotificationDelivered {
-                            webhook: &id,
-                            notification: &head.notification,
-                            attempts: head.attempts,
-                            delivery,
-                            reason: Some(&reason),
-                        }
-                        .emit();
-                        let done = head.notification.id.clone();
-                        record(store.as_ref(), &id, &done, delivery.as_str()).await;
-                        queue.pop_front();
-                        queued.remove(&done);
-                        Duration::ZERO
-                    }
-                    Err(reason) => {
-                        let wait = backoff(head.attempts);
-                        let delivery = Delivery::Retried { wait };
-                        NotificationDelivered {
-                            webhook: &id,
-                            notification: &head.notification,
-                            attempts: head.attempts,
-                            delivery,
-                            reason: Some(&reason),
-                        }
-                        .emit();
-                        wait
                     }
                 }
             }

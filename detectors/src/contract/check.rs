@@ -142,14 +142,9 @@ impl CompiledOutput {
     /// for a value driftline did not look into, so nothing about its kind is proven, while the rest of
     /// the shape is still checked.
     pub fn check(&self, shape: &str) -> Verdict {
-        if self.too_large {
-            return Verdict::Inconclusive;
-        }
-        let Some(mut node) = parse(shape) else {
+        let Some((mut eval, node)) = self.prepare(shape, "returned") else {
             return Verdict::Inconclusive;
         };
-        normalize(&mut node);
-        let mut eval = Eval { nodes: &self.nodes, steps: 0, depth: 0, in_place: Vec::new() };
         let structured = Path::Field(&Path::Root, "structuredContent");
         let result = match envelope(&node) {
             // A whole MCP CallToolResult: the declaration describes its structured content. With a
@@ -174,27 +169,21 @@ impl CompiledOutput {
     /// shape cannot show (formats, bounds, patterns, later elements) is admitted, never reported. A type
     /// reason says what was sent: `declared string, sent number`.
     pub fn check_arguments(&self, shape: &str) -> Verdict {
-        if self.too_large {
-            return Verdict::Inconclusive;
-        }
-        let Some(mut node) = parse(shape) else {
+        let Some((mut eval, node)) = self.prepare(shape, "sent") else {
             return Verdict::Inconclusive;
         };
-        normalize(&mut node);
-        let mut eval = Eval { nodes: &self.nodes, steps: 0, depth: 0, in_place: Vec::new() };
-        match verdict(eval.eval(self.root, &node, &Path::Root)) {
-            Verdict::Mismatch(mut reasons) => {
-                for reason in &mut reasons {
-                    if let Some(detail) = reason.detail.as_mut() {
-                        if detail.starts_with("declared ") {
-                            *detail = detail.replacen(", returned ", ", sent ", 1);
-                        }
-                    }
-                }
-                Verdict::Mismatch(reasons)
-            }
-            other => other,
+        verdict(eval.eval(self.root, &node, &Path::Root))
+    }
+
+    /// The shape read and its evaluation set up; `None` when nothing can be told (the schema is too large,
+    /// the shape does not read). `observed` words type reasons: `declared string, {observed} number`.
+    fn prepare(&self, shape: &str, observed: &'static str) -> Option<(Eval<'_>, Node)> {
+        if self.too_large {
+            return None;
         }
+        let mut node = parse(shape)?;
+        normalize(&mut node);
+        Some((Eval { nodes: &self.nodes, steps: 0, depth: 0, in_place: Vec::new(), observed }, node))
     }
 }
 
@@ -528,6 +517,8 @@ struct Eval<'c> {
     /// Rules being applied to the current part of the shape, to cut a reference cycle that never
     /// descends into the shape (re-applying a rule already being applied proves nothing new).
     in_place: Vec<Id>,
+    /// How a type reason names what the value was: `returned` (outputs) or `sent` (arguments).
+    observed: &'static str,
 }
 
 type Reasons = Result<Vec<ShapeReason>, Exhausted>;
@@ -579,7 +570,7 @@ impl<'c> Eval<'c> {
                 return Ok(vec![not_allowed(path, node)]);
             }
             if !kinds.admits(node) {
-                return Ok(vec![type_changed(path, kinds.names(), node.kind())]);
+                return Ok(vec![type_changed(path, kinds.names(), node.kind(), self.observed)]);
             }
         }
         let mut reasons = Vec::new();
@@ -662,7 +653,7 @@ impl<'c> Eval<'c> {
                     declared.push(name);
                 }
             }
-            return Ok(vec![type_changed(path, declared.join("|"), node.kind())]);
+            return Ok(vec![type_changed(path, declared.join("|"), node.kind(), self.observed)]);
         }
         Ok(failures.into_iter().min_by_key(Vec::len).unwrap_or_default())
     }
@@ -701,13 +692,13 @@ fn property(rules: &Rules, key: &str) -> Option<Id> {
         .map(|index| rules.properties[index].1)
 }
 
-fn type_changed(path: &Path<'_>, declared: String, returned: &str) -> ShapeReason {
+fn type_changed(path: &Path<'_>, declared: String, found: &str, observed: &str) -> ShapeReason {
     ShapeReason {
         path: path.to_string(),
         change: ReasonChange::TypeChanged,
-        detail: Some(format!("declared {declared}, returned {returned}")),
+        detail: Some(format!("declared {declared}, {observed} {found}")),
         before: Some(declared),
-        after: Some(returned.to_owned()),
+        after: Some(found.to_owned()),
     }
 }
 

@@ -441,4 +441,7 @@ fn arguments_are_recorded_as_their_shape_only() {
     check("success", None, None);
     let empty = shape_of(&serde_json::json!({})).expect("a shape");
     check("success", Some("{}"), Some(&empty));
+    // Beyond the byte cap: no shape, and nothing of the value.
+    let huge = format!(r#"{{"q": "{}"}}"#, "hunter2".repeat(LARGEST_MAX_BYTES as usize / 7 + 1));
+    check("success", Some(&huge), None);
 }
