@@ -141,6 +141,52 @@ fn diff_text_report() {
     check_golden("diff-search.txt", &run.stdout);
 }
 
+/// `--context-growth-tokens/--context-growth-percent`: a list that grew past either is a WARNING change of its
+/// own, which `--fail-on warning` fails on.
+#[test]
+fn diff_raises_a_context_growth_past_the_limit() {
+    let (v1, v2) = (data("search-v1.json"), data("search-v2.json"));
+    let check = |limits: &[&str], raised: bool| {
+        let mut args = vec!["diff", &v1, &v2, "--format", "json"];
+        args.extend_from_slice(limits);
+        let run = driftline(&args, b"");
+        let out = json_out(&run);
+        let grew = out["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .filter(|c| c["change_type"] == "context_cost_grew")
+            .map(|c| (c["classification"].clone(), c["before"].clone(), c["after"].clone()))
+            .collect::<Vec<_>>();
+        let expected = if raised { vec![(json!("WARNING"), json!(47), json!(74))] } else { vec![] };
+        assert_eq!(grew, expected, "{limits:?}");
+    };
+    check(&[], false);
+    check(&["--context-growth-tokens", "27"], false);
+    check(&["--context-growth-tokens", "26"], true);
+    check(&["--context-growth-percent", "58"], false);
+    check(&["--context-growth-percent", "57"], true);
+    // In text, with its consequence; and `--fail-on warning` fails on it alone when it is the worst.
+    let shrink = driftline(&["diff", &v2, &v1, "--context-growth-tokens", "1"], b"");
+    assert!(!shrink.stdout.contains("context_cost_grew"), "a list that shrank: {}", shrink.stdout);
+    let run = driftline(&["diff", &v1, &v2, "--context-growth-tokens", "1"], b"");
+    assert!(run.stdout.contains("WARNING    context_cost_grew"), "{}", run.stdout);
+    assert!(run.stdout.contains("grew from 47 to 74 tokens, past the project's limit"), "{}", run.stdout);
+    // A tool added is COMPATIBLE: only the growth makes it fail `--fail-on warning`.
+    let tools = temp_file("growth-old.json", r#"[{"name": "a"}]"#);
+    let grown =
+        temp_file("growth-new.json", r#"[{"name": "a"}, {"name": "b", "description": "A second tool."}]"#);
+    let (tools, grown) = (tools.to_str().expect("path"), grown.to_str().expect("path"));
+    let run = driftline(&["diff", tools, grown, "--fail-on", "warning"], b"");
+    assert_eq!(run.code, 0, "a tool added: {}", run.stdout);
+    let run =
+        driftline(&["diff", tools, grown, "--fail-on", "warning", "--context-growth-percent", "50"], b"");
+    assert_eq!(run.code, 1, "grown past 50 %: {}", run.stdout);
+    let bad = driftline(&["diff", tools, grown, "--context-growth-percent", "10001"], b"");
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--context-growth-percent"), "{}", bad.stderr);
+}
+
 #[test]
 fn diff_json_report() {
     let run = driftline(&["diff", &data("search-v1.json"), &data("search-v2.json"), "--format", "json"], b"");
@@ -150,10 +196,11 @@ fn diff_json_report() {
     assert_eq!(out["previous_hash"].as_str().map(str::len), Some(8));
     let keys: Vec<&String> = out.as_object().expect("object").keys().collect();
     assert_eq!(keys, ["changes", "context_cost", "current_hash", "max_classification", "previous_hash"]);
-    // What each list costs a model's context, in tokens and bytes.
+    // What each list costs a model's context, in tokens and bytes, and why it changed.
     assert_eq!(
         out["context_cost"],
-        json!({"encoding": "o200k_base", "before": {"tokens": 48, "bytes": 189}, "after": {"tokens": 76, "bytes": 295}})
+        json!({"encoding": "o200k_base", "before": {"tokens": 47, "bytes": 189}, "after": {"tokens": 74, "bytes": 295},
+            "summary": "+27 tokens (+57.4 %): 1 tool removed, 1 description longer"})
     );
     let first = &out["changes"][0];
     let fields: Vec<&String> = first.as_object().expect("change").keys().collect();
@@ -271,7 +318,7 @@ fn diff_lists_a_bounded_number_of_changes_and_counts_the_rest() {
         [
             "  … and 4000 more changes not listed (2000 breaking, 2000 compatible): at most 1000 of each kind are listed.",
             "",
-            "Context cost (o200k_base): 11,027 → 11,027 tokens, no change in tokens; 22,988 → 22,988 bytes",
+            "Context cost (o200k_base): 11,025 → 11,025 tokens, no change in tokens; 22,988 → 22,988 bytes",
         ]
     );
     let out = json_out(&driftline(&["diff", old, new, "--format", "json"], b""));

@@ -35,6 +35,75 @@ fn the_demo_scenario() {
     assert!(searched >= 2, "the bus and the store were searched");
 }
 
+/// A real release that grew the list a model reads (firecrawl 3.11.0 → 3.26.0: 7,473 → 20,807 tokens), under a
+/// project limit of 100 %: the event carries the growth in words and a WARNING change of its own; health, the
+/// CLI's wide table and the event's report give the figures of `tests/real/context_cost.json`.
+#[test]
+fn a_release_that_grows_past_the_projects_context_limit_is_a_warning_change() {
+    let dir = temp_dir("context-growth");
+    let server = Server::start(&dir, None, &[]);
+    let client = server.client(None);
+    let (status, refused) =
+        client.put_json("/api/settings/detector-thresholds", &json!({"context_growth_percent": 10_001}));
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.to_string().contains("context_growth_percent = 10001 is out of bounds"), "{refused}");
+    let (status, view) =
+        client.put_json("/api/settings/detector-thresholds", &json!({"context_growth_percent": 100}));
+    assert_eq!((status, &view["bounds"]["context_growth_percent"]), (200, &json!([0, 10_000])), "{view}");
+    let release = |version: &str| -> Value {
+        let path = format!("{}/tests/real/lists/firecrawl/{version}.json", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("a pinned list")).expect("JSON")
+    };
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}/tests/real/context_cost.json", env!("CARGO_MANIFEST_DIR")))
+            .expect("the golden counts"),
+    )
+    .expect("JSON");
+    let counted = |version: &str| golden["lists"][format!("firecrawl@{version}")].clone();
+    assert_eq!(client.put_json("/api/servers/firecrawl/tools", &release("3.11.0")).0, 202);
+    let health = client.wait_for("/api/health/servers/firecrawl", "the baseline", |s| s["status"] == "UP");
+    assert_eq!(health["context_cost"], counted("3.11.0"), "{health}");
+    assert_eq!(client.put_json("/api/servers/firecrawl/tools", &release("3.26.0")).0, 202);
+    let history =
+        client.wait_for("/api/health/servers/firecrawl/drift-history", "the release's event", |h| {
+            h.as_array().is_some_and(|events| !events.is_empty())
+        });
+    let event = &history[0];
+    assert_eq!(event["context_cost"]["before"], counted("3.11.0"), "{}", event["context_cost"]);
+    assert_eq!(event["context_cost"]["after"], counted("3.26.0"), "{}", event["context_cost"]);
+    let summary = event["context_cost"]["summary"].as_str().unwrap_or_default();
+    assert!(summary.starts_with("+13,334 tokens (+178.4 %): "), "{summary}");
+    assert!(summary.contains("tools added"), "{summary}");
+    let grew: Vec<&Value> = event["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter(|c| c["change_type"] == "context_cost_grew")
+        .collect();
+    assert_eq!(grew.len(), 1, "{}", event["changes"]);
+    assert_eq!(
+        (&grew[0]["classification"], &grew[0]["before"], &grew[0]["after"]),
+        (&json!("WARNING"), &json!(7_473), &json!(20_807))
+    );
+    let health = client.get("/api/health/servers/firecrawl").1;
+    assert_eq!(health["context_cost"], counted("3.26.0"), "the server's figure is its newest list's");
+
+    let (code, table, stderr) = run_cli(&["health", "--wide", "--url", &server.url]);
+    assert_eq!(code, 1, "DEGRADED: {stderr}");
+    assert!(
+        table.contains("CONTEXT (o200k_base)") && table.contains("20,807 tokens, 91,584 bytes"),
+        "{table}"
+    );
+    let (_, narrow, _) = run_cli(&["health", "--url", &server.url]);
+    assert!(!narrow.contains("20,807 tokens"), "the narrow table leaves it out: {narrow}");
+    let (_, report, stderr) = run_cli(&["drift", "firecrawl", "--url", &server.url]);
+    assert!(report.contains("WARNING    context_cost_grew"), "{report}{stderr}");
+    assert!(
+        report.contains("Context cost (o200k_base): 7,473 → 20,807 tokens, +13,334 tokens (+178.4 %)"),
+        "{report}"
+    );
+}
+
 #[test]
 fn returns_that_break_the_declared_output_schema_are_signalled_once_across_crashes() {
     let dir = temp_dir("declared-output");

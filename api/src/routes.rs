@@ -422,6 +422,8 @@ fn thresholds_view(thresholds: DetectorThresholds) -> ThresholdsView {
             "min_history_calls": [min_calls, max_calls],
             "history_window": [format!("max(10, min_history_calls)"), DetectorThresholds::HISTORY_WINDOW_MAX],
             "tool_return_value_max_bytes": [min_bytes, max_bytes],
+            "context_growth_tokens": [0, DetectorThresholds::CONTEXT_GROWTH_TOKENS_MAX],
+            "context_growth_percent": [0, DetectorThresholds::CONTEXT_GROWTH_PERCENT_MAX],
         }),
     }
 }

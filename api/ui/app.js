@@ -131,6 +131,9 @@ const contractState = (state) => (state
   ? h('span', { class: `chip contract-state contract-${state}`, 'data-contract': state }, state)
   : h('span', { class: 'muted' }, '—'));
 const probeLatency = (s) => (typeof s.latency_ms === 'number' ? `${Math.round(s.latency_ms)} ms` : '—');
+// What a server's tools and instructions cost a model's context (o200k_base tokens).
+const grouped = (n) => Number(n).toLocaleString('en-US');
+const contextTokens = (s) => (s.context_cost ? `${grouped(s.context_cost.tokens)} tokens` : '—');
 
 // Records the detector could not use, by kind — calls of tools beyond the project's limits among them:
 // ingest answered 202 for those before the detector could tell, so the server list says so.
@@ -163,6 +166,7 @@ async function serversPage() {
       h('td', {}, statusChip(s.status)),
       h('td', { class: 'mono' }, s.schema_hash || '—'),
       h('td', {}, String(s.tool_count)),
+      h('td', { class: 'hide-narrow context-cost', title: 'tools and instructions in a model\'s context (o200k_base)' }, contextTokens(s)),
       h('td', { class: 'hide-narrow probe-latency' }, probeLatency(s)),
       h('td', { class: 'hide-narrow' }, when(s.last_seen)),
       h('td', { class: 'open-drift', title: 'open events, and the changes in them by classification' }, openDriftText(s)),
@@ -174,8 +178,8 @@ async function serversPage() {
     notice,
     h('p', {}, `${healthy}/${servers.length} servers healthy`),
     h('div', { class: 'table-wrap' }, h('table', { id: 'servers' },
-      h('thead', {}, h('tr', {}, ['Server', 'Status', 'Schema hash', 'Tools', 'Probe', 'Last seen', 'Open drift'].map((t, i) =>
-        h('th', { class: i === 4 || i === 5 ? 'hide-narrow' : null }, t)))),
+      h('thead', {}, h('tr', {}, ['Server', 'Status', 'Schema hash', 'Tools', 'Context', 'Probe', 'Last seen', 'Open drift'].map((t, i) =>
+        h('th', { class: i >= 4 && i <= 6 ? 'hide-narrow' : null }, t)))),
       h('tbody', {}, rows))),
   ];
 }
@@ -259,7 +263,8 @@ function eventCard(server, event, onAccepted) {
     ? `accepted by ${event.accepted_by || '?'} · ${when(event.accepted_at)}`
     : event.status;
   const impactBox = h('div', { class: 'impact' }, h('h3', {}, 'Affected agents (24h)'), h('p', { class: 'loading' }, 'Loading…'));
-  const tools = [...new Set(event.changes.map((c) => c.tool_name))];
+  // Server-wide changes (instructions, context cost) name no tool.
+  const tools = [...new Set(event.changes.map((c) => c.tool_name).filter(Boolean))];
   Promise.all(tools.map(async (tool) => {
     try {
       const impact = await get(`/api/health/servers/${encodeURIComponent(server)}/drift-impact?tool_name=${encodeURIComponent(tool)}&hours=24`);
@@ -311,6 +316,8 @@ function eventCard(server, event, onAccepted) {
       h('span', { class: 'event-status' }, status)),
     event.changes.map((c) => changeView(c, event.detected_at)),
     unlistedNote(event),
+    event.context_cost ? h('p', { class: 'context-cost' },
+      `Context cost (o200k_base): ${grouped(event.context_cost.before.tokens)} → ${grouped(event.context_cost.after.tokens)} tokens, ${event.context_cost.summary}`) : null,
     impactBox,
     h('div', { class: 'actions' }, toggle, ' ', accept),
     schemas);
@@ -753,6 +760,8 @@ async function serverPage(server, tab, tool) {
     h('h1', {}, server, ' ', info ? statusChip(info.status) : null),
     info ? contractChip(info) : null,
     info && typeof info.latency_ms === 'number' ? h('p', { class: 'probe-latency' }, `Last probe: ${probeLatency(info)}`) : null,
+    info && info.context_cost ? h('p', { class: 'context-cost' },
+      `Context cost: ${contextTokens(info)} (o200k_base), ${grouped(info.context_cost.bytes)} bytes — tools and instructions`) : null,
     info && info.note ? h('p', { class: 'note' }, info.note) : null,
     h('nav', { class: 'tabs', 'aria-label': 'Server' }, tabs.map(([id, label]) =>
       h('a', { href: `#/servers/${encodeURIComponent(server)}/${id}`, 'aria-current': id === tab ? 'page' : null, 'data-tab': id }, label))),
@@ -764,9 +773,9 @@ async function settingsPage() {
   const [view, stats] = await Promise.all([get('/api/settings/detector-thresholds'), get('/api/settings/return-value-stats?hours=24')]);
   const t = view.thresholds;
   const bounds = view.bounds;
-  const field = (key, label) => [
+  const field = (key, label, min = '1') => [
     h('label', { for: key }, label),
-    h('input', { id: key, name: key, type: 'number', value: String(t[key]), min: '1' }),
+    h('input', { id: key, name: key, type: 'number', value: String(t[key]), min }),
     h('span', { class: 'bounds' }, ` bounds ${JSON.stringify(bounds[key])}`),
   ];
   const message = h('div', { role: 'status' });
@@ -803,6 +812,10 @@ async function settingsPage() {
   h('label', { for: 'argument_shapes', class: 'switch' },
     h('input', { id: 'argument_shapes', name: 'argument_shapes', type: 'checkbox', checked: t.argument_shapes === true }),
     ' Keep the shapes of the arguments calls send (keys and kinds, never a value), to tell which calls a new input schema rejects'),
+  h('h2', {}, 'Context cost'),
+  h('p', { class: 'muted' }, 'A new tool list whose tools and instructions grow a model\'s context past either limit is a WARNING change (0: off).'),
+  field('context_growth_tokens', 'Growth in tokens', '0'),
+  field('context_growth_percent', 'Growth in percent', '0'),
   h('h2', {}, 'Return-shape detector thresholds'),
   field('min_history_calls', 'Minimum history calls'),
   field('history_window', 'History window'),

@@ -228,7 +228,31 @@ fn context_cost(c: &mut Criterion) {
     let mut group = c.benchmark_group("context_cost");
     group.throughput(Throughput::Elements(1));
     group.bench_function("tokens_largest_real_list", |b| {
-        b.iter(|| driftline_detectors::context_cost::ContextCost::of_tools(black_box(&tools)))
+        b.iter(|| driftline_detectors::context_cost::of_tools(black_box(&tools)))
+    });
+    // The reference tokenizer on the same texts (the same counts: tests/context_cost.rs).
+    let reference = tiktoken_rs::o200k_base().expect("the o200k_base ranks");
+    let compact: Vec<String> = tools
+        .entries()
+        .iter()
+        .map(|entry| serde_json::from_str::<Value>(entry.get()).expect("a tool").to_string())
+        .collect();
+    group.bench_function("tiktoken_largest_real_list", |b| {
+        b.iter(|| compact.iter().map(|text| reference.encode_ordinary(black_box(text)).len()).sum::<usize>())
+    });
+    group.bench_function("bpe_openai_largest_real_list", |b| {
+        b.iter(|| {
+            compact
+                .iter()
+                .map(|text| driftline_detectors::context_cost::of_text(black_box(text)).tokens)
+                .sum::<u64>()
+        })
+    });
+    // A hostile description: one letter repeated over 1 MB, one pre-token for both tokenizers.
+    let run = "a".repeat(1 << 20);
+    group.bench_function("tiktoken_1MB_run", |b| b.iter(|| reference.encode_ordinary(black_box(&run)).len()));
+    group.bench_function("bpe_openai_1MB_run", |b| {
+        b.iter(|| driftline_detectors::context_cost::of_text(black_box(&run)).tokens)
     });
     group.bench_function("index_largest_real_list", |b| {
         b.iter(|| {

@@ -24,7 +24,9 @@ pub(crate) async fn affected_agents(
     let mut tools: Vec<&str> = Vec::new();
     for change in &notification.top_changes {
         let serious = matches!(change.classification, Classification::Breaking | Classification::Warning);
-        if serious && !tools.contains(&change.tool_name.as_str()) && tools.len() < MAX_TOOLS {
+        // Server-wide changes (instructions, context cost) name no tool.
+        let named = !change.tool_name.is_empty();
+        if serious && named && !tools.contains(&change.tool_name.as_str()) && tools.len() < MAX_TOOLS {
             tools.push(&change.tool_name);
         }
     }

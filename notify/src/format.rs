@@ -135,6 +135,10 @@ pub fn slack_body(notification: &Notification, public_url: Option<&str>) -> Valu
             json!({"type": "section", "text": {"type": "mrkdwn", "text": escape_len(lines.join("\n"))}}),
         );
     }
+    if let Some(cost) = &notification.context_cost {
+        let text = format!("*Context cost*: {}", escape(cost, 300));
+        blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": text}}));
+    }
     if !notification.affected_agents.is_empty() {
         let mut lines = vec!["*Affected agents (24h)*".to_owned()];
         lines.extend(notification.affected_agents.iter().map(|line| format!("• {}", escape(line, 300))));
@@ -223,6 +227,7 @@ mod tests {
             previous_tools: Default::default(),
             current_tools: Default::default(),
             lists_omitted: false,
+            context_cost: None,
         }
     }
 
@@ -274,6 +279,25 @@ mod tests {
         assert!(text.contains("*Affected agents (24h)*"), "{text}");
         assert!(text.contains("• search: planner — 23 of 24 calls would be rejected"), "{text}");
         assert!(text.contains("&lt;b&gt;bot&lt;/b&gt;") && !text.contains("<b>"), "{text}");
+    }
+
+    #[test]
+    fn the_context_cost_rides_in_both_bodies() {
+        let mut event = event();
+        assert!(!json_body(&Notification::drift(&event), None).to_string().contains("context_cost"));
+        let cost = |tokens| driftline_schemas::ContextCost { tokens, bytes: tokens * 4 };
+        event.context_cost = Some(driftline_schemas::ContextCostChange {
+            before: cost(12_000),
+            after: cost(24_400),
+            summary: "+12,400 tokens (+103.3 %): 3 tools added, 2 descriptions longer".into(),
+        });
+        let notification = Notification::drift(&event);
+        assert_eq!(
+            json_body(&notification, None)["context_cost"],
+            "+12,400 tokens (+103.3 %): 3 tools added, 2 descriptions longer"
+        );
+        let text = slack_body(&notification, None).to_string();
+        assert!(text.contains("*Context cost*: +12,400 tokens (+103.3 %): 3 tools added"), "{text}");
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub struct ServerHealth {
     /// Tools whose returns, for now, mostly do not meet their declared output schema.
     #[serde(default)]
     pub contract_mismatches: Vec<String>,
+    /// What the current tool list and instructions cost a model's context (`o200k_base` tokens, bytes of
+    /// compact JSON); absent until a list is seen.
+    #[serde(default)]
+    pub context_cost: Option<crate::ContextCost>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

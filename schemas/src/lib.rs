@@ -6,6 +6,7 @@
 
 pub mod api;
 mod commands;
+mod context_cost;
 mod declaration;
 mod ids;
 pub mod log_budget;
@@ -21,6 +22,7 @@ mod tool_list;
 mod tools_text;
 
 pub use commands::{DeadLetter, OperatorCommand};
+pub use context_cost::{ContextCost, ContextCostChange};
 pub use declaration::{OutputDeclaration, OUTPUT_DECLARATION};
 pub use ids::{derive_id, InputPosition, OutputKind};
 pub use log_budget::LogBudget;

@@ -86,6 +86,10 @@ pub struct Notification {
     /// when it first sends the notification (the detector stores it without).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub affected_agents: Vec<String>,
+    /// Drift: what the new list costs a model's context next to the baseline, in words
+    /// (`+12,400 tokens (+103.3 %): 3 tools added`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_cost: Option<String>,
 }
 
 impl Notification {
@@ -130,6 +134,7 @@ impl Notification {
             note: None,
             tool: None,
             affected_agents: Vec::new(),
+            context_cost: event.context_cost.as_ref().map(|change| change.summary.clone()),
         }
     }
 
@@ -153,6 +158,7 @@ impl Notification {
             note: Some(reasons.join("; ")),
             tool: Some(signal.tool.clone()),
             affected_agents: Vec::new(),
+            context_cost: None,
         }
     }
 
@@ -182,6 +188,7 @@ impl Notification {
             note: Some(note),
             tool: None,
             affected_agents: Vec::new(),
+            context_cost: None,
         }
     }
 }

@@ -71,6 +71,11 @@ pub struct DetectorThresholds {
     /// Keep the shapes of the arguments calls send (never their values), per tool, agent and hour, to
     /// check them against a new input schema. Off: spans' arguments are dropped unread.
     pub argument_shapes: bool,
+    /// A new tool list (with the server's instructions) that costs a model's context more than this many
+    /// tokens beyond its baseline carries a WARNING change of its own, `context_cost_grew`. 0: off.
+    pub context_growth_tokens: u32,
+    /// The same, as a share of the baseline's tokens, in percent. 0: off. Either limit reached raises it.
+    pub context_growth_percent: u32,
 }
 
 impl Default for DetectorThresholds {
@@ -82,6 +87,8 @@ impl Default for DetectorThresholds {
             baseline: BaselinePolicy::default(),
             security_hold: SecurityHold::default(),
             argument_shapes: true,
+            context_growth_tokens: 0,
+            context_growth_percent: 0,
         }
     }
 }
@@ -102,6 +109,9 @@ impl DetectorThresholds {
     pub const MIN_HISTORY_CALLS: (u32, u32) = (2, 1000);
     pub const HISTORY_WINDOW_MAX: u32 = 10_000;
     pub const MAX_BYTES: (u32, u32) = (1, 1_048_576);
+    /// 0 (off) to a list five times the 5 MB list limit's worth of tokens.
+    pub const CONTEXT_GROWTH_TOKENS_MAX: u32 = 10_000_000;
+    pub const CONTEXT_GROWTH_PERCENT_MAX: u32 = 10_000;
 
     /// Checks every bound; the first violation is returned.
     pub fn validate(&self) -> Result<(), ThresholdError> {
@@ -122,7 +132,16 @@ impl DetectorThresholds {
             min_bytes,
             max_bytes,
             String::new(),
-        )
+        )?;
+        let off = " (0 turns it off)".to_owned();
+        check(
+            "context_growth_tokens",
+            self.context_growth_tokens,
+            0,
+            Self::CONTEXT_GROWTH_TOKENS_MAX,
+            off.clone(),
+        )?;
+        check("context_growth_percent", self.context_growth_percent, 0, Self::CONTEXT_GROWTH_PERCENT_MAX, off)
     }
 }
 
@@ -184,6 +203,25 @@ mod tests {
             100,
             1_048_577,
             Err("tool_return_value_max_bytes = 1048577 is out of bounds: it must be in [1, 1048576]"),
+        );
+        let growth = |tokens, percent| {
+            let thresholds = DetectorThresholds {
+                context_growth_tokens: tokens,
+                context_growth_percent: percent,
+                ..Default::default()
+            };
+            thresholds.validate().map_err(|err| err.to_string())
+        };
+        assert_eq!(growth(0, 0), Ok(()));
+        assert_eq!(growth(10_000_000, 10_000), Ok(()));
+        assert_eq!(
+            growth(10_000_001, 0),
+            Err("context_growth_tokens = 10000001 is out of bounds: it must be in [0, 10000000] (0 turns it off)".to_owned())
+        );
+        assert_eq!(
+            growth(0, 10_001),
+            Err("context_growth_percent = 10001 is out of bounds: it must be in [0, 10000] (0 turns it off)"
+                .to_owned())
         );
     }
 

@@ -105,6 +105,9 @@ pub enum ChangeType {
     ResourceTemplateAdded,
     ResourceTemplateRemoved,
     ResourceTemplateChanged,
+    /// The server's declarations grew in a model's context beyond the project's setting
+    /// (`context_growth_tokens` / `context_growth_percent`).
+    ContextCostGrew,
 }
 
 impl ChangeType {
@@ -156,6 +159,7 @@ impl ChangeType {
             ChangeType::ResourceTemplateAdded => "resource_template_added",
             ChangeType::ResourceTemplateRemoved => "resource_template_removed",
             ChangeType::ResourceTemplateChanged => "resource_template_changed",
+            ChangeType::ContextCostGrew => "context_cost_grew",
         }
     }
 }
@@ -297,6 +301,10 @@ pub struct SchemaDriftEvent {
     /// the lists of its newest events only, up to a budget of text; the event alone has them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lists_omitted: bool,
+    /// What the new list (tools and instructions) costs a model's context next to the baseline; absent on
+    /// events recorded before driftline counted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_cost: Option<crate::ContextCostChange>,
 }
 
 impl SchemaDriftEvent {

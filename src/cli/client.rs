@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use comfy_table::{presets, Table};
+use driftline_detectors::context_cost;
 use driftline_schemas::api::{
     AcceptResult, ContractReport, ContractState, DeadLetterCount, DriftImpact, ServerHealth, ThresholdsView,
     ToolSchema,
@@ -127,7 +128,7 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn health(api: &Api, server: Option<&str>) -> anyhow::Result<ExitCode> {
+pub fn health(api: &Api, server: Option<&str>, wide: bool) -> anyhow::Result<ExitCode> {
     let servers: Vec<ServerHealth> = match server {
         Some(name) => vec![api.get(&format!("/api/health/servers/{name}"))?],
         None => api.get("/api/health/servers")?,
@@ -136,7 +137,7 @@ pub fn health(api: &Api, server: Option<&str>) -> anyhow::Result<ExitCode> {
     match api.format() {
         Format::Json => print_json(&servers)?,
         Format::Text => {
-            println!("{}", health_table(&servers));
+            println!("{}", health_table(&servers, wide));
             // What the detector could not use: calls of tools beyond a limit among them.
             let dead: Vec<DeadLetterCount> = api.get("/api/health/dead-letters")?;
             print!("{}", dead_letter_lines(&dead));
@@ -145,9 +146,15 @@ pub fn health(api: &Api, server: Option<&str>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(if healthy == servers.len() { EXIT_OK } else { EXIT_DRIFT }))
 }
 
-pub fn health_table(servers: &[ServerHealth]) -> String {
+/// The health table; `wide` adds each server's context cost and when it was last seen.
+pub fn health_table(servers: &[ServerHealth], wide: bool) -> String {
     let mut table = Table::new();
-    table.load_preset(presets::NOTHING).set_header(["SERVER", "STATUS", "LATENCY", "TOOLS", "HASH", "NOTE"]);
+    let mut header = vec!["SERVER", "STATUS", "LATENCY", "TOOLS"];
+    if wide {
+        header.extend(["CONTEXT (o200k_base)", "LAST SEEN"]);
+    }
+    header.extend(["HASH", "NOTE"]);
+    table.load_preset(presets::NOTHING).set_header(header);
     for server in servers {
         let status = serde_json::to_value(server.status)
             .ok()
@@ -175,14 +182,27 @@ pub fn health_table(servers: &[ServerHealth]) -> String {
                 server.contract_mismatches.join(", ")
             );
         }
-        table.add_row([
+        let mut row = vec![
             server.server_name.clone(),
             status,
             server.latency_ms.map_or_else(|| "-".into(), |ms| format!("{ms:.0} ms")),
             server.tool_count.to_string(),
-            server.schema_hash.clone().unwrap_or_else(|| "-".into()),
-            note.trim().to_owned(),
-        ]);
+        ];
+        if wide {
+            row.push(server.context_cost.map_or_else(
+                || "-".into(),
+                |cost| {
+                    format!(
+                        "{} tokens, {} bytes",
+                        context_cost::grouped(cost.tokens),
+                        context_cost::grouped(cost.bytes)
+                    )
+                },
+            ));
+            row.push(server.last_seen.map_or_else(|| "-".into(), |at| at.to_string()));
+        }
+        row.extend([server.schema_hash.clone().unwrap_or_else(|| "-".into()), note.trim().to_owned()]);
+        table.add_row(row);
     }
     let healthy = servers.iter().filter(|s| s.status == ServerStatus::Up).count();
     format!("{table}\n{healthy}/{} servers healthy", servers.len())
@@ -251,7 +271,8 @@ pub fn drift(api: &Api, server: &str, hours: u32) -> anyhow::Result<ExitCode> {
     let tools: std::collections::BTreeSet<&str> = event
         .changes
         .iter()
-        .filter(|c| c.classification != Classification::Compatible)
+        // Server-wide changes (instructions, context cost) name no tool.
+        .filter(|c| c.classification != Classification::Compatible && !c.tool_name.is_empty())
         .map(|c| c.tool_name.as_str())
         .collect();
     for tool in tools {
@@ -283,6 +304,15 @@ pub fn drift(api: &Api, server: &str, hours: u32) -> anyhow::Result<ExitCode> {
                     &impact
                 )
             );
+            if let Some(cost) = &event.context_cost {
+                println!(
+                    "\nContext cost ({}): {} → {} tokens, {}",
+                    context_cost::ENCODING,
+                    context_cost::grouped(cost.before.tokens),
+                    context_cost::grouped(cost.after.tokens),
+                    cost.summary
+                );
+            }
         }
     }
     let breaking_open =

@@ -233,7 +233,7 @@ pub fn run(api: &Api, accept: bool) -> anyhow::Result<ExitCode> {
         "   every change is COMPATIBLE, so the default policy (compatible) accepted it: weather-mcp stays UP",
     );
     say("\n== driftline health");
-    client::health(api, None)?;
+    client::health(api, None, false)?;
     say("\n== driftline drift search-mcp");
     client::drift(api, "search-mcp", 24)?;
     say("\n== driftline drift-impact search-mcp --tool search_web");
@@ -263,7 +263,7 @@ pub fn run(api: &Api, accept: bool) -> anyhow::Result<ExitCode> {
         say("\n== driftline drift-accept search-mcp");
         client::drift_accept(api, "search-mcp")?;
         say("\n== driftline health");
-        client::health(api, None)?;
+        client::health(api, None, false)?;
     }
     Ok(ExitCode::from(EXIT_OK))
 }

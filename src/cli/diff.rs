@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
-use driftline_detectors::context_cost::{self, ContextCost};
+use driftline_detectors::context_cost::{self, ContextCostChange};
 use driftline_detectors::tool_drift::{
-    carried, check_tools_text, consequence, diff_indexed, diff_surfaces, max_classification, server_hash,
-    short_hash, IndexedList, ToolIndex,
+    carried, check_tools_text, consequence, context_growth_change, cost_change, diff_indexed, diff_surfaces,
+    max_classification, server_cost, server_hash, short_hash, ContextGrowth, IndexedList, ToolIndex,
 };
 use driftline_schemas::{Classification, SchemaChange, ServerSurfaces, Severity, ToolsText};
 use serde::{Deserialize, Serialize};
@@ -29,6 +29,13 @@ pub struct DiffArgs {
     /// Exit 1 when a change at or above this classification exists (otherwise the exit code is 0).
     #[arg(long, value_enum)]
     fail_on: Option<FailOn>,
+    /// A new list (tools and instructions) costing a model's context more than this many tokens beyond
+    /// the old one is a WARNING change, `context_cost_grew` (as the project setting of that name). 0: off.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000_000))]
+    context_growth_tokens: u32,
+    /// The same, in percent of the old list's tokens. 0: off.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    context_growth_percent: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -63,8 +70,8 @@ struct DiffOutput<'a> {
 #[derive(Serialize)]
 struct CostChange {
     encoding: &'static str,
-    before: ContextCost,
-    after: ContextCost,
+    #[serde(flatten)]
+    change: ContextCostChange,
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
@@ -77,12 +84,20 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let old_index = ToolIndex::new(&old);
     let old_list = IndexedList { tools: &old, index: &old_index };
     let new_index = ToolIndex::reusing(&new, &[old_list]);
-    let mut listed = diff_indexed(old_list, IndexedList { tools: &new, index: &new_index });
+    let new_list = IndexedList { tools: &new, index: &new_index };
+    let mut listed = diff_indexed(old_list, new_list);
     let (surface_changes, surface_omitted) =
         diff_surfaces(old_surfaces.as_ref(), new_surfaces.as_ref(), Severity::Medium);
     listed.changes.extend(surface_changes);
     for (classification, count) in surface_omitted {
         *listed.omitted.entry(classification).or_default() += count;
+    }
+    // Counted as the detector counts a new list: the old whole, the new from the tools that changed.
+    let before = server_cost(old_list, old_surfaces.as_ref());
+    let cost = cost_change(before, (old_list, new_list), (old_surfaces.as_ref(), new_surfaces.as_ref()));
+    let growth = ContextGrowth { tokens: args.context_growth_tokens, percent: args.context_growth_percent };
+    if growth.exceeded(&cost) {
+        listed.changes.push(context_growth_change(&cost));
     }
     let output = DiffOutput {
         previous_hash: short_hash(&server_hash(&old_index.hash(), old_surfaces.as_ref())),
@@ -90,11 +105,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         max_classification: max_classification(&listed.changes),
         changes: &listed.changes,
         omitted_changes: &listed.omitted,
-        context_cost: CostChange {
-            encoding: context_cost::ENCODING,
-            before: ContextCost::of_tools(&old),
-            after: ContextCost::of_tools(&new),
-        },
+        context_cost: CostChange { encoding: context_cost::ENCODING, change: cost },
     };
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&output)?),
@@ -109,13 +120,12 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
                     &Default::default()
                 )
             );
-            let (before, after) = (output.context_cost.before, output.context_cost.after);
+            let ContextCostChange { before, after, summary } = &output.context_cost.change;
             println!(
-                "\nContext cost ({}): {} → {} tokens, {}; {} → {} bytes",
+                "\nContext cost ({}): {} → {} tokens, {summary}; {} → {} bytes",
                 context_cost::ENCODING,
                 context_cost::grouped(before.tokens),
                 context_cost::grouped(after.tokens),
-                ContextCost::delta(before, after),
                 context_cost::grouped(before.bytes),
                 context_cost::grouped(after.bytes),
             )

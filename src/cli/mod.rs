@@ -80,6 +80,9 @@ enum Command {
     Health {
         #[arg(long)]
         server: Option<String>,
+        /// Also what each server's tools and instructions cost a model's context, and when it was last seen.
+        #[arg(long)]
+        wide: bool,
         #[command(flatten)]
         connection: client::Connection,
     },
@@ -282,8 +285,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(EXIT_OK))
         }
-        Command::Health { server, connection } => {
-            client::health(&client::Api::new(connection), server.as_deref())
+        Command::Health { server, wide, connection } => {
+            client::health(&client::Api::new(connection), server.as_deref(), wide)
         }
         Command::Drift { server, hours, connection } => {
             client::drift(&client::Api::new(connection), &server, hours)
@@ -292,7 +295,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client::drift(&client::Api::new(connection), &server, hours)
         }
         Command::McpHealth { drift: None, server, connection, .. } => {
-            client::health(&client::Api::new(connection), server.as_deref())
+            client::health(&client::Api::new(connection), server.as_deref(), false)
         }
         Command::Settings { baseline, security_hold, connection } => client::settings(
             &client::Api::new(connection),

@@ -22,6 +22,11 @@ pub struct DetectorConfig {
     /// Default for projects that never set theirs: keep the shapes of the arguments calls send (never a
     /// value), to check observed calls against a new input schema.
     pub argument_shapes: bool,
+    /// Default for projects that never set theirs: a new tool list costing a model's context more than
+    /// this many tokens (or this percent) beyond its baseline is a WARNING change, `context_cost_grew`.
+    /// 0: off (the default; every drift event still shows the growth). [0, 10000000] and [0, 10000].
+    pub context_growth_tokens: u32,
+    pub context_growth_percent: u32,
     /// Sessions at which an agent calling a tool with open breaking or warning drift is HIGH risk.
     pub high_risk_sessions: u64,
     /// A tool call sent again (same project, server, tool, trace and span id) within this many hours of
@@ -60,6 +65,8 @@ impl Default for DetectorConfig {
             baseline: BaselinePolicy::default(),
             security_hold: SecurityHold::default(),
             argument_shapes: t.argument_shapes,
+            context_growth_tokens: t.context_growth_tokens,
+            context_growth_percent: t.context_growth_percent,
             high_risk_sessions: 10,
             repeat_window_hours: 24,
             repeat_memory_bytes: 256 << 20,
@@ -81,6 +88,8 @@ impl DetectorConfig {
             baseline: self.baseline,
             security_hold: self.security_hold,
             argument_shapes: self.argument_shapes,
+            context_growth_tokens: self.context_growth_tokens,
+            context_growth_percent: self.context_growth_percent,
         }
     }
 }

@@ -69,6 +69,8 @@ pub struct ServerRow {
     pub note: Option<String>,
     /// The last probe's round trip, when the list came from a probe.
     pub latency_ms: Option<f64>,
+    /// What the current list and instructions cost a model's context.
+    pub context: Option<driftline_schemas::ContextCost>,
 }
 
 /// A tool's shape status as the worker last computed it (signal groups are read separately).

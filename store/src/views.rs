@@ -60,6 +60,7 @@ pub(crate) fn with_trace_only_servers(
                 max_severity: None,
                 note: Some(TRACE_ONLY_NOTE.to_owned()),
                 contract_mismatches: Vec::new(),
+                context_cost: None,
             });
         }
     }
@@ -76,6 +77,8 @@ pub(crate) struct StoredServer {
     pub last_seen: Option<i64>,
     pub note: Option<String>,
     pub latency_ms: Option<f64>,
+    pub context_tokens: Option<u64>,
+    pub context_bytes: Option<u64>,
 }
 
 /// A server's health: its row and its open drift ([`open_counts`]).
@@ -96,6 +99,10 @@ pub(crate) fn server_health(
         note: row.note,
         server_name: row.server_name,
         contract_mismatches: Vec::new(),
+        context_cost: row
+            .context_tokens
+            .zip(row.context_bytes)
+            .map(|(tokens, bytes)| driftline_schemas::ContextCost { tokens, bytes }),
     })
 }
 

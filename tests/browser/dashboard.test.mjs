@@ -74,6 +74,11 @@ test('servers page lists both demo servers with status, hash, tools and open dri
   assert.match(rows[1], /weather-mcp[\s\S]*UP[\s\S]*2/);
   assert.equal(await page.locator('.status-DEGRADED').count(), 1);
   assert.equal(await page.locator('.status-UP').count(), 1);
+  // What each server's tools and instructions cost a model's context: the API's figure.
+  const health = await (await fetch(`${url}/api/health/servers`)).json();
+  const tokens = health.map((s) => `${s.context_cost.tokens.toLocaleString('en-US')} tokens`);
+  assert.ok(health.every((s) => s.context_cost.tokens > 10), JSON.stringify(health));
+  assert.deepEqual(await page.locator('#servers tbody td.context-cost').allInnerTexts(), tokens);
   await page.locator('#servers tbody tr').first().focus();
   await page.keyboard.press('Enter');
   await page.waitForSelector('#tab-drift');
@@ -109,6 +114,14 @@ test('drift tab: chips, colored cards, badges, before/after, flags, affected age
   assert.match(planner[1], /researcher\s+3\s+1\s+\d+ ms\s+all 3 calls accepted\s+MEDIUM/);
   assert.equal(await card.locator('[data-tool="search_web"] .real-calls.rejected').count(), 1);
   assert.match(await card.locator('[data-tool="fetch_page"]').innerText(), /No recent callers — tool may be unused\./);
+  // The event's context cost: the poisoned description is longer, the new tool adds its own.
+  const [event] = await (await fetch(`${url}/api/health/servers/search-mcp/drift-history?limit=1`)).json();
+  const cost = event.context_cost;
+  assert.ok(cost.after.tokens > cost.before.tokens, JSON.stringify(cost));
+  assert.equal(await card.locator('p.context-cost').innerText(),
+    `Context cost (o200k_base): ${cost.before.tokens.toLocaleString('en-US')} → ${cost.after.tokens.toLocaleString('en-US')} tokens, ${cost.summary}`);
+  assert.match(cost.summary, /^\+\d+ tokens \(\+[\d.]+ %\): 1 tool added, 1 description longer/);
+  assert.match(await page.locator('h1 ~ p.context-cost').innerText(), /^Context cost: [\d,]+ tokens \(o200k_base\), [\d,]+ bytes/);
   // Highlighting classes and colours of the JSON view.
   const schemas = card.locator('.schemas');
   assert.equal(await schemas.isVisible(), false, 'full schemas start collapsed');
@@ -213,6 +226,8 @@ test('settings: the baseline policy is chosen per project and saved', async () =
   assert.equal(await page.locator('#baseline').inputValue(), 'compatible', 'the default policy');
   assert.equal(await page.locator('#security_hold').inputValue(), 'medium', 'the default hold');
   assert.equal(await page.locator('#argument_shapes').isChecked(), true, 'argument shapes kept by default');
+  assert.equal(await page.locator('#context_growth_percent').inputValue(), '0', 'context growth off by default');
+  await page.fill('#context_growth_percent', '25');
   await page.selectOption('#baseline', 'manual');
   await page.selectOption('#security_hold', 'high');
   await page.locator('#argument_shapes').uncheck();
@@ -222,11 +237,15 @@ test('settings: the baseline policy is chosen per project and saved', async () =
   assert.equal(saved.thresholds.baseline, 'manual');
   assert.equal(saved.thresholds.security_hold, 'high');
   assert.equal(saved.thresholds.argument_shapes, false);
+  assert.equal(saved.thresholds.context_growth_percent, 25);
+  assert.equal(saved.thresholds.context_growth_tokens, 0);
   await page.reload();
   await page.waitForSelector('#baseline');
   assert.equal(await page.locator('#baseline').inputValue(), 'manual');
   assert.equal(await page.locator('#security_hold').inputValue(), 'high');
   assert.equal(await page.locator('#argument_shapes').isChecked(), false);
+  assert.equal(await page.locator('#context_growth_percent').inputValue(), '25');
+  await page.fill('#context_growth_percent', '0');
   await page.selectOption('#baseline', 'compatible');
   await page.selectOption('#security_hold', 'medium');
   await page.click('#thresholds button[type=submit]');

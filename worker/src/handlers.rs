@@ -28,7 +28,7 @@ use crate::keys;
 use crate::refusal::{Refusal, RefusalKind};
 use crate::state::Outputs;
 use crate::tool_lists;
-use crate::views::server_row;
+use crate::views::{server_row, ListSummary};
 use crate::{repeats, Worker};
 
 pub(crate) fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
@@ -61,9 +61,13 @@ pub(crate) fn apply_outputs(outputs: Vec<ToolListOutput>, batch: &mut Batch) {
     }
 }
 
-/// Short hash and tool count of a server's tool list.
-pub(crate) fn list_summary(list: Option<&HashedTools>) -> (Option<String>, u32) {
-    (list.map(|l| short_hash(&l.hash)), list.map_or(0, |l| l.tool_count() as u32))
+/// Short hash, tool count and context cost of a server's tool list, for its row.
+pub(crate) fn list_summary(list: Option<&HashedTools>) -> ListSummary {
+    ListSummary {
+        hash: list.map(|l| short_hash(&l.hash)),
+        tool_count: list.map_or(0, |l| l.tool_count() as u32),
+        context: list.and_then(|l| l.context),
+    }
 }
 
 impl<C: Consumer> Worker<C> {
@@ -211,12 +215,12 @@ impl<C: Consumer> Worker<C> {
                 format!("{tool_count} tools"),
             ));
         }
+        let list = ListSummary { hash: Some(short_hash(&hash)), tool_count, context: Some(observed.context) };
         out.batch.servers.push(server_row(
             &snapshot.project,
             &snapshot.server,
             state,
-            Some(short_hash(&hash)),
-            tool_count,
+            list,
             snapshot.latency_ms,
             record.appended_at,
         ));
@@ -237,13 +241,12 @@ impl<C: Consumer> Worker<C> {
             ));
         }
         state.probe_failed(&failure.error);
-        let (hash, count) = list_summary(state.observed.as_ref().or(state.baseline.as_ref()));
+        let list = list_summary(state.observed.as_ref().or(state.baseline.as_ref()));
         out.batch.servers.push(server_row(
             &failure.project,
             &failure.server,
             state,
-            hash,
-            count,
+            list,
             None,
             record.appended_at,
         ));
@@ -323,13 +326,12 @@ impl<C: Consumer> Worker<C> {
                 });
                 if let Some(state) = state {
                     if acceptance.is_some() {
-                        let (hash, count) = list_summary(state.baseline.as_ref());
+                        let list = list_summary(state.baseline.as_ref());
                         out.batch.servers.push(server_row(
                             project,
                             server,
                             state,
-                            hash,
-                            count,
+                            list,
                             None,
                             record.appended_at,
                         ));

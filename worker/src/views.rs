@@ -4,17 +4,23 @@ use driftline_detectors::contract;
 use driftline_detectors::shape_drift::{ShapeStatus, ToolShapeState};
 use driftline_detectors::tool_drift::{short_hash, ServerState};
 use driftline_schemas::api::{ShapeState, ToolShape};
-use driftline_schemas::{DetectorThresholds, ServerStatus, Timestamp};
+use driftline_schemas::{ContextCost, DetectorThresholds, ServerStatus, Timestamp};
 use driftline_store::ServerRow;
 
 use crate::ToolState;
+
+/// What a server's row says of its current list.
+pub(crate) struct ListSummary {
+    pub hash: Option<String>,
+    pub tool_count: u32,
+    pub context: Option<ContextCost>,
+}
 
 pub(crate) fn server_row(
     project: &str,
     server: &str,
     state: &ServerState,
-    hash: Option<String>,
-    tool_count: u32,
+    list: ListSummary,
     latency_ms: Option<f64>,
     at: Timestamp,
 ) -> ServerRow {
@@ -34,11 +40,12 @@ pub(crate) fn server_row(
         project: project.to_owned(),
         server_name: server.to_owned(),
         status,
-        schema_hash: hash,
-        tool_count,
+        schema_hash: list.hash,
+        tool_count: list.tool_count,
         last_seen: Some(at),
         note,
         latency_ms,
+        context: list.context,
     }
 }
 

@@ -56,6 +56,8 @@ const fn table(kind: ChangeType) -> (Classification, Classification) {
         ChangeType::PromptArgumentAdded | ChangeType::PromptArgumentBecameOptional => (C, C),
         ChangeType::PromptArgumentRemoved => (W, W),
         ChangeType::PromptArgumentBecameRequired => (B, B),
+        // Raised only past the project's setting: a list that grew that much is worth a look.
+        ChangeType::ContextCostGrew => (W, W),
     }
 }
 

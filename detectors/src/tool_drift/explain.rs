@@ -143,5 +143,14 @@ pub fn consequence(change: &SchemaChange) -> String {
         (ChangeType::ResourceTemplateChanged, _) => {
             format!("What clients read about the resource template {tool} changed ({path}).")
         }
+        (ChangeType::ContextCostGrew, _) => {
+            let tokens = |v: &serde_json::Value| crate::context_cost::grouped(v.as_u64().unwrap_or(0));
+            format!(
+                "The server's tools and instructions grew from {} to {} tokens, past the project's limit: \
+                 every session with it spends that much more of the model's context.",
+                tokens(before),
+                tokens(after)
+            )
+        }
     }
 }

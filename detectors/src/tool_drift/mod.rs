@@ -2,6 +2,7 @@
 
 mod canonical;
 mod classify;
+mod cost;
 mod declared;
 mod diff;
 mod digest;
@@ -19,8 +20,8 @@ pub mod surfaces;
 
 pub use driftline_schemas::ToolsText;
 use driftline_schemas::{
-    derive_id, Classification, EventStatus, InputPosition, OutputKind, SchemaChange, SchemaDriftEvent,
-    SecurityFlag, ServerStatus, ServerSurfaces, Severity, Timestamp, ToolListSnapshot,
+    derive_id, Classification, ContextCost, EventStatus, InputPosition, OutputKind, SchemaChange,
+    SchemaDriftEvent, SecurityFlag, ServerStatus, ServerSurfaces, Severity, Timestamp, ToolListSnapshot,
 };
 use std::sync::Arc;
 
@@ -29,6 +30,7 @@ use serde_json::Value;
 
 pub use canonical::canonical_json;
 pub use classify::classify;
+pub use cost::{cost_change, server_cost, ContextGrowth};
 pub use declared::{changed_declarations, declared_outputs, DeclaredOutput};
 pub use diff::{
     diff_indexed, diff_indexed_holding, diff_tools, diff_tools_listed, held_classification, review_tool,
@@ -158,17 +160,26 @@ pub use driftline_schemas::{BaselinePolicy, SecurityHold};
 pub struct Acceptance {
     pub policy: BaselinePolicy,
     pub hold: SecurityHold,
+    /// Growth in context cost that is a WARNING change of its own.
+    pub growth: ContextGrowth,
 }
 
 impl From<BaselinePolicy> for Acceptance {
     fn from(policy: BaselinePolicy) -> Self {
-        Acceptance { policy, hold: SecurityHold::default() }
+        Acceptance { policy, ..Acceptance::default() }
     }
 }
 
 impl From<&driftline_schemas::DetectorThresholds> for Acceptance {
     fn from(thresholds: &driftline_schemas::DetectorThresholds) -> Self {
-        Acceptance { policy: thresholds.baseline, hold: thresholds.security_hold }
+        Acceptance {
+            policy: thresholds.baseline,
+            hold: thresholds.security_hold,
+            growth: ContextGrowth {
+                tokens: thresholds.context_growth_tokens,
+                percent: thresholds.context_growth_percent,
+            },
+        }
     }
 }
 
@@ -181,6 +192,8 @@ pub struct Observed {
     pub tool_count: usize,
     /// What the server now declares besides its tools (the record's, or carried from the capture before).
     pub surfaces: Option<Arc<ServerSurfaces>>,
+    /// What the list and the server's instructions cost a model's context.
+    pub context: ContextCost,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -195,6 +208,11 @@ pub struct HashedTools {
     /// Bytes of JSON the surfaces take, counted in the project's budget with the list's text.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub surfaces_bytes: usize,
+    /// What the list and the instructions cost a model's context: counted whole at first sight, then from
+    /// the baseline's and the changed tools; `None` in state stored before driftline counted it (counted
+    /// whole when next needed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextCost>,
     /// The list's index, built when it is first read (not stored: a function of `tools`).
     #[serde(skip)]
     index: IndexCache,
@@ -213,6 +231,7 @@ impl HashedTools {
             tools,
             surfaces: None,
             surfaces_bytes: 0,
+            context: None,
             index: IndexCache(Some(Arc::new(index))),
         }
     }
@@ -232,6 +251,18 @@ impl HashedTools {
     fn index(&mut self) -> &ToolIndex {
         let tools = &self.tools;
         self.index.0.get_or_insert_with(|| Arc::new(ToolIndex::new(tools)))
+    }
+
+    /// What the list costs a model's context, counted whole the first time it is asked for.
+    pub fn context(&mut self) -> ContextCost {
+        if let Some(known) = self.context {
+            return known;
+        }
+        self.index();
+        let counted =
+            self.list().map(|list| cost::server_cost(list, self.surfaces.as_deref())).unwrap_or_default();
+        self.context = Some(counted);
+        counted
     }
 
     /// The list with its index, once [`HashedTools::index`] built it.
@@ -458,8 +489,8 @@ impl ServerState {
         let index = ToolIndex::reusing(&tools, &known);
         let current = HashedTools::indexed(tools, index).with_surfaces(surfaces.clone());
         let (hash, tool_count) = (current.hash.clone(), current.tool_count());
-        let outputs = self.observe_indexed(current, context, policy);
-        Observed { outputs, hash, tool_count, surfaces }
+        let (outputs, context) = self.observe_indexed(current, context, policy);
+        Observed { outputs, hash, tool_count, surfaces, context }
     }
 
     /// A list equal, as sent, to the baseline (the server went back to it, or never left) or to the newest
@@ -477,29 +508,30 @@ impl ServerState {
             .as_mut()
             .is_some_and(|baseline| same_surfaces(baseline) && baseline.adopt_if_equal(tools))
         {
-            let baseline = self.baseline.as_ref()?;
-            let (hash, tool_count) = (baseline.hash.clone(), baseline.tool_count());
+            let baseline = self.baseline.as_mut()?;
+            let (hash, tool_count, cost) = (baseline.hash.clone(), baseline.tool_count(), baseline.context());
             self.down = None;
             let outputs = self.back_to_baseline(context.at);
-            return Some(Observed { outputs, hash, tool_count, surfaces: surfaces.clone() });
+            return Some(Observed { outputs, hash, tool_count, surfaces: surfaces.clone(), context: cost });
         }
         let observed = self.observed.as_mut().filter(|_| self.baseline.is_some())?;
         if !same_surfaces(observed) || !observed.adopt_if_equal(tools) {
             return None;
         }
-        let (hash, tool_count) = (observed.hash.clone(), observed.tool_count());
+        let (hash, tool_count, cost) = (observed.hash.clone(), observed.tool_count(), observed.context());
         self.down = None;
         let outputs = Vec::new();
-        Some(Observed { outputs, hash, tool_count, surfaces: surfaces.clone() })
+        Some(Observed { outputs, hash, tool_count, surfaces: surfaces.clone(), context: cost })
     }
 
-    /// `current` was indexed when it was built.
+    /// `current` was indexed when it was built. Answers the outputs and what the list costs a model's
+    /// context.
     fn observe_indexed(
         &mut self,
         mut current: HashedTools,
         context: RecordContext<'_>,
         acceptance: Acceptance,
-    ) -> Vec<ToolListOutput> {
+    ) -> (Vec<ToolListOutput>, ContextCost) {
         self.down = None;
         let Some(baseline) = &mut self.baseline else {
             let security_flags = first_sight_review(&mut current);
@@ -508,20 +540,27 @@ impl ServerState {
                 tool_count: current.tool_count(),
                 security_flags,
             };
+            let cost = current.context();
             self.baseline = Some(current);
-            return vec![output];
+            return (vec![output], cost);
         };
         // The same list in other text (members reordered, other spacing: a producer that writes its own
-        // JSON) takes the place of the text held, so that it is recognised as sent from now on.
+        // JSON) takes the place of the text held, so that it is recognised as sent from now on; it costs
+        // what the list held costs.
         if current.hash == baseline.hash {
+            let cost = baseline.context();
+            current.context = Some(cost);
             *baseline = current;
-            return self.back_to_baseline(context.at);
+            return (self.back_to_baseline(context.at), cost);
         }
         if let Some(seen) = self.observed.as_mut().filter(|seen| seen.hash == current.hash) {
+            let cost = seen.context();
+            current.context = Some(cost);
             *seen = current;
-            return Vec::new(); // the same drift again: one event is enough
+            return (Vec::new(), cost); // the same drift again: one event is enough
         }
-        let event = drift_event(baseline, &mut current, context, acceptance.hold);
+        let event = drift_event(baseline, &mut current, context, acceptance);
+        let cost = current.context.unwrap_or_default();
         self.observed = Some(current);
         self.last_check_drifted = true;
         let policy = acceptance.policy;
@@ -538,7 +577,7 @@ impl ServerState {
             if let Some(reason) = hold_reason(&event, acceptance.hold) {
                 self.held = Some(reason);
             }
-            return vec![ToolListOutput::DriftEvent(event)];
+            return (vec![ToolListOutput::DriftEvent(event)], cost);
         }
         let mut outputs = self.accept(AUTO_ACCEPTOR, context);
         // The new event is recorded as accepted rather than opened and closed.
@@ -551,7 +590,7 @@ impl ServerState {
         // Under `auto` the baseline moved, but this check still saw drift (LangSight's sequence: DEGRADED
         // once, then UP). A compatible change is no reason to look at the server at all: it stays UP.
         self.last_check_drifted = policy == BaselinePolicy::Auto;
-        outputs
+        (outputs, cost)
     }
 
     /// The server sent its baseline: any drift it showed is over.
@@ -677,23 +716,34 @@ pub fn hold_reason(event: &SchemaDriftEvent, hold: SecurityHold) -> Option<Strin
     ))
 }
 
+/// The event of `current` against `baseline`, which also gives `current` its context cost.
 fn drift_event(
     baseline: &mut HashedTools,
     current: &mut HashedTools,
     context: RecordContext<'_>,
-    hold: SecurityHold,
+    acceptance: Acceptance,
 ) -> SchemaDriftEvent {
+    let hold = acceptance.hold;
+    let before = baseline.context();
     baseline.index();
     current.index();
-    let ListedChanges { mut changes, mut omitted } = match (baseline.list(), current.list()) {
-        (Some(before), Some(after)) => diff::diff_indexed_holding(before, after, hold),
-        _ => ListedChanges::default(),
-    };
+    let (mut changes, mut omitted, mut context_cost) = (Vec::new(), Default::default(), None);
+    if let (Some(old), Some(new)) = (baseline.list(), current.list()) {
+        ListedChanges { changes, omitted } = diff::diff_indexed_holding(old, new, hold);
+        let surfaces = (baseline.surfaces.as_deref(), current.surfaces.as_deref());
+        context_cost = Some(cost::cost_change(before, (old, new), surfaces));
+    }
     let (surface_changes, surface_omitted) =
         diff_surfaces(baseline.surfaces.as_deref(), current.surfaces.as_deref(), hold.severity());
     changes.extend(surface_changes);
     for (classification, count) in surface_omitted {
         *omitted.entry(classification).or_default() += count;
+    }
+    if let Some(change) = &context_cost {
+        current.context = Some(change.after);
+        if acceptance.growth.exceeded(change) {
+            changes.push(context_growth_change(change));
+        }
     }
     SchemaDriftEvent {
         id: derive_id(OutputKind::SchemaDriftEvent, &context.key(), context.position),
@@ -712,7 +762,21 @@ fn drift_event(
         previous_tools: Arc::clone(&baseline.tools),
         current_tools: Arc::clone(&current.tools),
         lists_omitted: false,
+        context_cost,
     }
+}
+
+/// The WARNING change a growth past the project's setting is: before and after in tokens.
+pub fn context_growth_change(change: &driftline_schemas::ContextCostChange) -> SchemaChange {
+    SchemaChange::new(
+        driftline_schemas::ChangeType::ContextCostGrew,
+        Classification::Warning,
+        String::new(),
+        "context".to_owned(),
+        None,
+        (serde_json::json!(change.before.tokens), serde_json::json!(change.after.tokens)),
+        Vec::new(),
+    )
 }
 
 /// The worst classification among `changes`: among all of a diff's changes when they are its listed ones

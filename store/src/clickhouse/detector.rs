@@ -83,6 +83,8 @@ impl DetectorStore for ClickHouseStore {
                     last_seen: s.last_seen.map(ms),
                     note: s.note.clone(),
                     latency_ms: s.latency_ms,
+                    context_tokens: s.context.map(|c| c.tokens),
+                    context_bytes: s.context.map(|c| c.bytes),
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;

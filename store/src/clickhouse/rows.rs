@@ -103,6 +103,8 @@ pub(super) struct ServerRowDb {
     pub(super) last_seen: Option<i64>,
     pub(super) note: Option<String>,
     pub(super) latency_ms: Option<f64>,
+    pub(super) context_tokens: Option<u64>,
+    pub(super) context_bytes: Option<u64>,
 }
 
 #[derive(Row, Serialize)]
@@ -226,6 +228,8 @@ impl From<ServerRowDb> for crate::views::StoredServer {
             last_seen,
             note,
             latency_ms,
+            context_tokens,
+            context_bytes,
         } = row;
         crate::views::StoredServer {
             server_name,
@@ -235,6 +239,8 @@ impl From<ServerRowDb> for crate::views::StoredServer {
             last_seen,
             note,
             latency_ms,
+            context_tokens,
+            context_bytes,
         }
     }
 }

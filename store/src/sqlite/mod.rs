@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../schemas/sqlite/0010_expiry.sql"),
     include_str!("../../../schemas/sqlite/0011_surfaces.sql"),
     include_str!("../../../schemas/sqlite/0012_argument_shapes.sql"),
+    include_str!("../../../schemas/sqlite/0013_context_cost.sql"),
 ];
 const WORKER: &str = "detectors";
 

@@ -71,26 +71,25 @@ impl QueryStore for SqliteStore {
         self.read(move |connection| {
             let open = open_counts(connection, &project)?;
             let mut select = connection.prepare_cached(
-                "SELECT server_name, status, schema_hash, tool_count, last_seen, note, latency_ms FROM servers
-                 WHERE project = ?1 ORDER BY server_name",
+                "SELECT server_name, status, schema_hash, tool_count, last_seen, note, latency_ms, context_tokens,
+                     context_bytes FROM servers WHERE project = ?1 ORDER BY server_name",
             )?;
             let rows = select.query_map(params![project], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, Option<String>>(2)?,
-                    row.get::<_, u32>(3)?,
-                    row.get::<_, Option<i64>>(4)?,
-                    row.get::<_, Option<String>>(5)?,
-                    row.get::<_, Option<f64>>(6)?,
-                ))
+                Ok(views::StoredServer {
+                    server_name: row.get(0)?,
+                    status: row.get(1)?,
+                    schema_hash: row.get(2)?,
+                    tool_count: row.get(3)?,
+                    last_seen: row.get(4)?,
+                    note: row.get(5)?,
+                    latency_ms: row.get(6)?,
+                    context_tokens: row.get::<_, Option<i64>>(7)?.map(|n| n.max(0) as u64),
+                    context_bytes: row.get::<_, Option<i64>>(8)?.map(|n| n.max(0) as u64),
+                })
             })?;
             let mut servers = Vec::new();
             for row in rows {
-                let (server_name, status, schema_hash, tool_count, last_seen, note, latency_ms) = row?;
-                let row =
-                    views::StoredServer { server_name, status, schema_hash, tool_count, last_seen, note, latency_ms };
-                servers.push(views::server_health(row, &open)?);
+                servers.push(views::server_health(row?, &open)?);
             }
             let mut traced =
                 connection.prepare_cached("SELECT DISTINCT server FROM tool_shapes WHERE project = ?1")?;

@@ -103,11 +103,13 @@ pub(super) fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Resul
     }
     for server in &batch.servers {
         transaction.prepare_cached(
-            "INSERT INTO servers (project, server_name, status, schema_hash, tool_count, last_seen, note, latency_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            "INSERT INTO servers (project, server_name, status, schema_hash, tool_count, last_seen, note, latency_ms,
+                 context_tokens, context_bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (project, server_name) DO UPDATE SET status = excluded.status,
                  schema_hash = excluded.schema_hash, tool_count = excluded.tool_count,
-                 last_seen = excluded.last_seen, note = excluded.note, latency_ms = excluded.latency_ms",
+                 last_seen = excluded.last_seen, note = excluded.note, latency_ms = excluded.latency_ms,
+                 context_tokens = excluded.context_tokens, context_bytes = excluded.context_bytes",
         )?.execute(
             params![
                 server.project,
@@ -118,6 +120,8 @@ pub(super) fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Resul
                 server.last_seen.map(ms),
                 server.note,
                 server.latency_ms,
+                server.context.map(|c| c.tokens as i64),
+                server.context.map(|c| c.bytes as i64),
             ],
         )?;
     }

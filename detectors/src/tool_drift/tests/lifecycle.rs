@@ -109,7 +109,7 @@ fn check_hold(
     let v1 = json!([{"name": "add", "description": "Adds two numbers."}]);
     let v2 = json!([{"name": "add", "description": "Adds two numbers."},
         {"name": "note_taker", "description": description}]);
-    let acceptance = Acceptance { policy, hold };
+    let acceptance = Acceptance { policy, hold, ..Acceptance::default() };
     let mut state = ServerState::default();
     state.observe(&snapshot(v1), context(0), acceptance);
     let outputs = state.observe(&snapshot(v2), context(1), acceptance);

@@ -1,5 +1,6 @@
 //! Tests of `tool_drift`, by concern; the helpers every table shares are here.
 
+mod context_cost;
 mod kinds;
 mod lifecycle;
 mod limits;

@@ -1,0 +1,4 @@
+-- What a server's current tool list and instructions cost a model's context (o200k_base tokens, bytes of
+-- compact JSON); empty on rows written before it, until the server's next list.
+ALTER TABLE servers ADD COLUMN context_tokens INTEGER;
+ALTER TABLE servers ADD COLUMN context_bytes INTEGER;
