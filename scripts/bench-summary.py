@@ -94,9 +94,18 @@ if unchanged:
         f"{1e9 / unchanged:,.0f}/s ({unchanged / 1e3:,.1f} µs)", per_s=1e9 / unchanged)
 tokens, indexed = mean_ns("context_cost", "tokens_largest_real_list"), mean_ns("context_cost", "index_largest_real_list")
 if tokens and indexed:
-    add("context_cost_largest", "context cost: o200k_base tokens of the largest real list (firecrawl 3.26.0, 20,809 tokens)",
+    add("context_cost_largest", "context cost: o200k_base tokens of the largest real list counted whole (firecrawl 3.26.0, 20,807 tokens)",
         f"{tokens / 1e6:,.2f} ms", f"the detector reading and indexing that list: {indexed / 1e6:,.2f} ms",
         tokens / indexed, ms=tokens / 1e6)
+# The tokenizer against the reference one on the same texts (the same counts), and on a hostile run.
+for key, ours, reference, label in [
+    ("tokenizer_largest", "bpe_openai_largest_real_list", "tiktoken_largest_real_list",
+     "tokenizer: bpe-openai on the largest real list's tool texts"),
+    ("tokenizer_hostile_run", "bpe_openai_1MB_run", "tiktoken_1MB_run", "tokenizer: bpe-openai on 1 MiB of one letter"),
+]:
+    mine, theirs = mean_ns("context_cost", ours), mean_ns("context_cost", reference)
+    if mine and theirs:
+        add(key, label, f"{mine / 1e6:,.2f} ms", f"tiktoken-rs: {theirs / 1e6:,.2f} ms", mine / theirs, ms=mine / 1e6)
 observe = mean_ns("tool_drift", "observe_unchanged_tools50")
 if observe:
     add("tools50_observe_unchanged", "detector: a probe's unchanged tools50 list (parse, observe)",

@@ -141,7 +141,7 @@ const TOOL_DRIFT_LAYERS: &[&[&str]] = &[
     &["normal"],
     &["digest", "declared"],
     &["index"],
-    &["hashes", "diff"],
+    &["hashes", "diff", "cost"],
     &["surfaces"],
 ];
 
