@@ -147,6 +147,7 @@ fn the_demo_scenario_on_split_stages_over_kafka_and_clickhouse() {
     let dir = temp_dir("split-demo");
     let split = Split::start("split-demo", &dir);
     support::check_demo_scenario(&split.endpoints());
+    no_argument_value_is_kept("split-demo");
     // Migrations are recorded: a second run applies nothing.
     let (code, stdout, _) = driftline(&["migrate"], &environment("split-demo"));
     assert_eq!(
@@ -159,6 +160,61 @@ fn the_demo_scenario_on_split_stages_over_kafka_and_clickhouse() {
         assert_eq!(client.get("/healthz").0, 200, "{}", server.url);
         assert_eq!(client.get("/readyz").0, 200, "{}", server.url);
     }
+}
+
+/// The demo's calls sent arguments: neither the span records on Kafka (reduced to shapes at ingest) nor any
+/// ClickHouse table of the deployment holds one of their values.
+fn no_argument_value_is_kept(name: &str) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    const VALUES: [&str; 3] = ["planner query", "researcher query", "researcher-site.example"];
+    let found = |text: &[u8]| VALUES.into_iter().find(|v| text.windows(v.len()).any(|w| w == v.as_bytes()));
+
+    let database = format!("test_{}_{}", std::process::id(), name.replace('-', "_"));
+    let query = |sql: &str| -> String {
+        let url = format!("{}/?database={database}", clickhouse_url());
+        ureq::post(&url).send(sql).expect("a ClickHouse query").into_body().read_to_string().expect("text")
+    };
+    let tables =
+        query(&format!("SELECT name FROM system.tables WHERE database = '{database}' FORMAT TabSeparated"));
+    let tables: Vec<&str> = tables.lines().filter(|t| !t.is_empty()).collect();
+    assert!(tables.len() >= 10, "the deployment's tables: {tables:?}");
+    let mut rows = 0;
+    for table in &tables {
+        let text = query(&format!("SELECT * FROM `{table}` FORMAT JSONEachRow"));
+        rows += text.lines().count();
+        assert_eq!(found(text.as_bytes()), None, "an argument value in ClickHouse table {table}");
+    }
+    assert!(rows > 100, "the tables hold the demo: {rows} rows");
+
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", format!("argument-reader-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let topic = format!("{name}-{}.spans", std::process::id());
+    consumer.subscribe(&[&topic]).expect("subscribe");
+    let (mut records, mut with_arguments) = (0, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut idle = 0;
+    while std::time::Instant::now() < deadline && idle < 20 {
+        match consumer.poll(std::time::Duration::from_millis(250)) {
+            Some(Ok(message)) => {
+                idle = 0;
+                let payload = message.payload().unwrap_or_default();
+                records += 1;
+                with_arguments += usize::from(payload.windows(14).any(|w| w == b"argument_shape"));
+                assert_eq!(found(payload), None, "an argument value on {topic}");
+            }
+            _ if records > 0 => idle += 1,
+            _ => {}
+        }
+    }
+    assert!(
+        records >= 50 && with_arguments > 0,
+        "{records} span records read, {with_arguments} with argument shapes"
+    );
 }
 
 /// The probe and notify stages of the split deployment: a stdio MCP server (the official Python SDK) probed
