@@ -432,3 +432,173 @@ fn replay_errors_exit_2() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains(":1: invalid span: unknown variant `ok`"), "{}", run.stderr);
 }
+
+const V1: &str = "examples/tool-lists/search-v1.json";
+const V2: &str = "examples/tool-lists/search-v2.json";
+const IGNORE: &str = "tests/data/diff-ignore.toml";
+
+/// The SARIF 2.1.0 schema as published by OASIS, from the `serde-sarif` crate's sources (a dev-dependency,
+/// pinned by Cargo.lock), located with `cargo metadata`.
+fn sarif_schema() -> Value {
+    let metadata = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata");
+    let metadata: Value = serde_json::from_slice(&metadata.stdout).expect("metadata JSON");
+    let manifest = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .find(|p| p["name"] == "serde-sarif")
+        .and_then(|p| p["manifest_path"].as_str())
+        .expect("serde-sarif among the packages");
+    let schema = Path::new(manifest).with_file_name("src/schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema).expect("the schema")).expect("JSON");
+    assert_eq!(
+        schema["$id"],
+        "https://raw.githubusercontent.com/oasis-tcs/sarif-spec/master/Schemata/sarif-schema-2.1.0.json"
+    );
+    schema
+}
+
+#[test]
+fn diff_sarif_validates_against_the_published_schema() {
+    // The published file fails its meta-schema on the `language` pattern, which has a stray `]` (its errata
+    // replace it): that pattern is read as the errata write it, the rest as published.
+    let published = sarif_schema().to_string();
+    let erratum = r#""^[a-zA-Z]{2}|^[a-zA-Z]{2}-[a-zA-Z]{2}]?$""#;
+    assert!(published.matches(erratum).count() >= 2, "the erratum is where it was");
+    let schema: Value =
+        serde_json::from_str(&published.replace(erratum, r#""^[a-zA-Z]{2}(-[a-zA-Z]{2})?$""#)).expect("JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a validator");
+    let run = driftline(&["diff", V1, V2, "--format", "sarif", "--ignore", IGNORE], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let log = json_out(&run);
+    let errors: Vec<String> =
+        validator.iter_errors(&log).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    // And the crate's types generated from the same schema read it.
+    let typed: serde_sarif::sarif::Sarif =
+        serde_json::from_value(log.clone()).expect("serde-sarif reads the log");
+    assert_eq!(typed.runs[0].results.as_ref().map(Vec::len), Some(5));
+    let results = log["runs"][0]["results"].as_array().expect("results");
+    let summary: Vec<(&str, &str, bool)> = results
+        .iter()
+        .map(|r| {
+            (
+                r["ruleId"].as_str().unwrap_or(""),
+                r["level"].as_str().unwrap_or(""),
+                r.get("suppressions").is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("required_param_added", "error", false),
+            ("description_changed", "warning", false),
+            ("optional_param_added", "warning", false),
+            ("tool_removed", "error", true),
+            ("expired_ignore", "warning", false),
+        ]
+    );
+    // Each result points at the line naming its tool; the removed tool at the old file's.
+    let location = |i: usize| {
+        let physical = &results[i]["locations"][0]["physicalLocation"];
+        (
+            physical["artifactLocation"]["uri"].as_str().unwrap_or("").to_owned(),
+            physical["region"]["startLine"].as_u64(),
+        )
+    };
+    let line_of = |file: &str, needle: &str| {
+        std::fs::read_to_string(file)
+            .expect("file")
+            .lines()
+            .position(|l| l.contains(needle))
+            .map(|i| i as u64 + 1)
+    };
+    assert_eq!(location(0), (V2.to_owned(), line_of(V2, "\"search_web\"")));
+    assert_eq!(location(3), (V1.to_owned(), line_of(V1, "\"fetch\"")));
+    assert_eq!(location(4), (IGNORE.to_owned(), line_of(IGNORE, "[[ignore]]").map(|first| first + 6)));
+    assert_eq!(
+        results[3]["suppressions"][0]["justification"],
+        "fetch moved to the web-mcp server; the agents were switched over"
+    );
+    // Without changes, a valid log with no results.
+    let same = driftline(&["diff", V1, V1, "--format", "sarif"], b"");
+    let log = json_out(&same);
+    assert!(validator.is_valid(&log));
+    assert_eq!(log["runs"][0]["results"], json!([]));
+}
+
+#[test]
+fn diff_github_annotations() {
+    let run = driftline(&["diff", V1, V2, "--format", "github", "--ignore", IGNORE], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    check_golden("diff-search.github.txt", &run.stdout);
+    assert!(run.stdout.lines().all(|l| l.starts_with("::")), "only workflow commands: {}", run.stdout);
+}
+
+#[test]
+fn diff_markdown_summary() {
+    let run = driftline(&["diff", V1, V2, "--format", "markdown", "--ignore", IGNORE], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    check_golden("diff-search.md", &run.stdout);
+}
+
+/// An entry suppresses exactly its change, in every format and in the verdict; one past its day suppresses
+/// nothing and is a warning of its own.
+#[test]
+fn diff_ignore_file() {
+    let ignore = |file: &str| temp_file("ignore.toml", file);
+    // The one BREAKING change but the removed tool: ignoring it leaves `required_param_added`.
+    let fetch = ignore("[[ignore]]\ntool = \"fetch\"\nchange = \"tool_removed\"\nreason = \"moved\"\n");
+    let fetch = fetch.to_str().expect("path");
+    let run = driftline(&["diff", V1, V2, "--format", "json", "--ignore", fetch], b"");
+    let out = json_out(&run);
+    let kinds: Vec<&str> = out["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["change_type"].as_str())
+        .collect();
+    assert!(!kinds.contains(&"tool_removed") && kinds.contains(&"required_param_added"), "{kinds:?}");
+    assert_eq!(out["ignored"][0]["change"]["change_type"], "tool_removed");
+    assert_eq!((&out["ignored"][0]["entry"], &out["ignored"][0]["reason"]), (&json!(1), &json!("moved")));
+    let text = driftline(&["diff", V1, V2, "--ignore", fetch], b"");
+    assert!(text.stdout.contains("Ignored BREAKING tool_removed fetch (entry 1: moved)"), "{}", text.stdout);
+    assert!(!text.stdout.contains("BREAKING   tool_removed"), "{}", text.stdout);
+    // Both BREAKING changes ignored: `--fail-on breaking` passes.
+    let both = ignore("[[ignore]]\ntool = \"fetch\"\nreason = \"moved\"\n\n[[ignore]]\nchange = \"required_param_added\"\npath = \"filters\"\nreason = \"callers updated\"\n");
+    let both = both.to_str().expect("path");
+    assert_eq!(driftline(&["diff", V1, V2, "--fail-on", "breaking"], b"").code, 1);
+    assert_eq!(driftline(&["diff", V1, V2, "--fail-on", "breaking", "--ignore", both], b"").code, 0);
+    assert_eq!(
+        driftline(&["diff", V1, V2, "--fail-on", "warning", "--ignore", both], b"").code,
+        1,
+        "warnings remain"
+    );
+    // Past its day: it ignores nothing, says so on stderr and counts as a warning.
+    let past = ignore("[[ignore]]\ntool = \"fetch\"\nreason = \"moved\"\nexpires = 2020-01-01\n");
+    let past = past.to_str().expect("path");
+    let run = driftline(&["diff", V1, V1, "--fail-on", "warning", "--ignore", past], b"");
+    assert_eq!(run.code, 1, "an expired entry is a warning: {}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "warning: ignore entry 1 (tool fetch) expired on 2020-01-01 and no longer applies: moved"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(driftline(&["diff", V1, V1, "--fail-on", "breaking", "--ignore", past], b"").code, 0);
+    let out = json_out(&driftline(&["diff", V1, V2, "--format", "json", "--ignore", past], b""));
+    assert_eq!(out["expired_ignores"][0]["entry"], 1);
+    assert!(out.get("ignored").is_none(), "{out}");
+    // A bad file is refused before anything is compared.
+    let bad = ignore("[[ignore]]\ntool = \"fetch\"\n");
+    let run = driftline(&["diff", V1, V2, "--ignore", bad.to_str().expect("path")], b"");
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("entry 1: `reason` is required"), "{}", run.stderr);
+}

@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::{read_input, Format, EXIT_DRIFT, EXIT_OK};
+use super::ignore::{self, IgnoreEntry, IgnoredChange};
+use super::reports;
+use super::{read_input, EXIT_DRIFT, EXIT_OK};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -24,8 +26,18 @@ pub struct DiffArgs {
     old: PathBuf,
     /// The new tool list, in any of the same forms.
     new: PathBuf,
+    /// text, json, or for CI: sarif (SARIF 2.1.0 for code scanning), github (workflow-command annotations),
+    /// markdown (a pull-request comment, worst changes first).
     #[arg(long, value_enum, default_value_t)]
-    format: Format,
+    format: DiffFormat,
+    /// Changes accepted on purpose: a TOML file of `[[ignore]]` entries (`tool`, `change`, `path`, `server`,
+    /// a `reason`, an optional `expires` day). Ignored changes are reported as ignored; an expired entry
+    /// suppresses nothing and is a warning.
+    #[arg(long, value_name = "FILE")]
+    ignore: Option<PathBuf>,
+    /// The server the lists are of, for ignore entries that name one.
+    #[arg(long)]
+    server: Option<String>,
     /// Exit 1 when a change at or above this classification exists (otherwise the exit code is 0).
     #[arg(long, value_enum)]
     fail_on: Option<FailOn>,
@@ -36,6 +48,16 @@ pub struct DiffArgs {
     /// The same, in percent of the old list's tokens. 0: off.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     context_growth_percent: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+enum DiffFormat {
+    #[default]
+    Text,
+    Json,
+    Sarif,
+    Github,
+    Markdown,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -65,6 +87,12 @@ struct DiffOutput<'a> {
     omitted_changes: &'a BTreeMap<Classification, u64>,
     /// What each list costs a model's context (`o200k_base` tokens and bytes of the tools array).
     context_cost: CostChange,
+    /// Changes an ignore entry left out of the verdict, each with the entry's number and reason.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    ignored: &'a [IgnoredChange],
+    /// Ignore entries past their day: they suppress nothing, and count as a WARNING for `--fail-on`.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    expired_ignores: &'a [IgnoreEntry],
 }
 
 #[derive(Serialize)]
@@ -75,6 +103,7 @@ struct CostChange {
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
+    let entries = args.ignore.as_deref().map(ignore::load).transpose()?.unwrap_or_default();
     let ((old, old_surfaces), (new, new_surfaces)) = (load_server(&args.old)?, load_server(&args.new)?);
     // A file of tools only says nothing of the rest: the other file's surfaces stand for it.
     let new_surfaces = carried(new_surfaces.as_ref(), old_surfaces.as_ref());
@@ -99,6 +128,9 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     if growth.exceeded(&cost) {
         listed.changes.push(context_growth_change(&cost));
     }
+    let today = chrono::Utc::now().date_naive();
+    let applied = ignore::apply(&entries, args.server.as_deref(), std::mem::take(&mut listed.changes), today);
+    listed.changes = applied.kept;
     let output = DiffOutput {
         previous_hash: short_hash(&server_hash(&old_index.hash(), old_surfaces.as_ref())),
         current_hash: short_hash(&server_hash(&new_index.hash(), new_surfaces.as_ref())),
@@ -106,10 +138,32 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         changes: &listed.changes,
         omitted_changes: &listed.omitted,
         context_cost: CostChange { encoding: context_cost::ENCODING, change: cost },
+        ignored: &applied.ignored,
+        expired_ignores: &applied.expired,
+    };
+    let text_of = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+    let (old_text, new_text) = (text_of(&args.old), text_of(&args.new));
+    let ignore_text = args.ignore.as_deref().map(text_of).unwrap_or_default();
+    let (old_path, new_path) = (args.old.display().to_string(), args.new.display().to_string());
+    let ignore_path = args.ignore.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+    let report = || reports::Report {
+        old: reports::Source { path: &old_path, text: &old_text },
+        new: reports::Source { path: &new_path, text: &new_text },
+        ignore_file: args.ignore.as_ref().map(|_| reports::Source { path: &ignore_path, text: &ignore_text }),
+        previous_hash: &output.previous_hash,
+        current_hash: &output.current_hash,
+        changes: output.changes,
+        omitted: output.omitted_changes,
+        ignored: output.ignored,
+        expired: output.expired_ignores,
+        context: &output.context_cost.change,
     };
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&output)?),
-        Format::Text => {
+        DiffFormat::Json => println!("{}", serde_json::to_string_pretty(&output)?),
+        DiffFormat::Sarif => println!("{}", serde_json::to_string_pretty(&reports::sarif(&report()))?),
+        DiffFormat::Github => print!("{}", reports::github(&report())),
+        DiffFormat::Markdown => print!("{}", reports::markdown(&report())),
+        DiffFormat::Text => {
             print!(
                 "{}",
                 render_changes(
@@ -128,10 +182,36 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
                 context_cost::grouped(after.tokens),
                 context_cost::grouped(before.bytes),
                 context_cost::grouped(after.bytes),
-            )
+            );
+            for ignored in output.ignored {
+                let change = &ignored.change;
+                let place = if change.path.is_empty() {
+                    change.tool_name.clone()
+                } else {
+                    format!("{} · {}", change.tool_name, change.path)
+                };
+                println!(
+                    "Ignored {} {} {place} (entry {}: {})",
+                    change.classification.as_str(),
+                    change.change_type,
+                    ignored.entry,
+                    ignored.reason
+                );
+            }
         }
     }
-    let failed = match (args.fail_on, output.max_classification) {
+    for entry in output.expired_ignores {
+        let day = entry.expires.map(|day| day.to_string()).unwrap_or_default();
+        eprintln!(
+            "warning: ignore entry {} ({}) expired on {day} and no longer applies: {}",
+            entry.entry,
+            entry.describe(),
+            entry.reason
+        );
+    }
+    // An expired entry is a warning of its own.
+    let expired = (!output.expired_ignores.is_empty()).then_some(Classification::Warning);
+    let failed = match (args.fail_on, output.max_classification.max(expired)) {
         (Some(fail_on), Some(worst)) => worst >= fail_on.threshold(),
         _ => false,
     };

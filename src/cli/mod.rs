@@ -6,8 +6,10 @@ mod capture;
 mod client;
 mod demo;
 mod diff;
+mod ignore;
 mod impact;
 mod replay;
+mod reports;
 mod shape;
 
 use std::io::Read;
