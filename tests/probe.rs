@@ -270,6 +270,7 @@ fn capture_prints_every_tool_of_a_server_over_each_transport() {
         tools: Arc::new(Mutex::new((0..5).map(|i| tool(&format!("tool_{i}"), &["q"])).collect())),
         slow: Arc::new(AtomicBool::new(false)),
     };
+    let served = Arc::clone(&catalog.tools);
     let endpoint = serve_mcp(catalog);
     let dir = temp_dir("capture");
     let out = dir.join("tools.json");
@@ -283,6 +284,51 @@ fn capture_prints_every_tool_of_a_server_over_each_transport() {
     let names: Vec<&str> =
         tools.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(names, ["tool_0", "tool_1", "tool_2", "tool_3", "tool_4"]);
+
+    // Capture and diff in one command, against the live server: unchanged, then a release that makes
+    // `region` required, reported as SARIF pointing into the list it kept.
+    let (code, report, stderr) = run_cli(&["diff", "--url", &endpoint, &out_arg, "--fail-on", "breaking"]);
+    assert_eq!(code, 0, "{report}{stderr}");
+    assert!(report.starts_with("No drift"), "{report}");
+    if let Ok(mut tools) = served.lock() {
+        tools[3] = tool("tool_3", &["q", "region"]);
+    }
+    let kept = dir.join("current-http.json").display().to_string();
+    let (code, sarif, stderr) = run_cli(&[
+        "diff",
+        "--url",
+        &endpoint,
+        &out_arg,
+        "--fail-on",
+        "breaking",
+        "--format",
+        "sarif",
+        "--out",
+        &kept,
+    ]);
+    assert_eq!(code, 1, "{sarif}{stderr}");
+    let sarif: Value = serde_json::from_str(&sarif).expect("a SARIF log");
+    let result = &sarif["runs"][0]["results"][0];
+    assert_eq!(
+        (&result["ruleId"], &result["level"]),
+        (&json!("param_became_required"), &json!("error")),
+        "{sarif}"
+    );
+    let location = &result["locations"][0]["physicalLocation"];
+    assert!(
+        location["artifactLocation"]["uri"].as_str().is_some_and(|uri| uri.ends_with("current-http.json")),
+        "{location}"
+    );
+    let line = std::fs::read_to_string(&kept)
+        .expect("the kept list")
+        .lines()
+        .position(|l| l.contains("\"tool_3\""))
+        .map(|i| i + 1);
+    assert_eq!(location["region"]["startLine"].as_u64(), line.map(|l| l as u64), "{location}");
+    let (code, _, stderr) = run_cli(&["diff", "--url", "http://127.0.0.1:9/mcp", &out_arg, "--timeout", "3"]);
+    assert_eq!(code, 3, "unreachable: {stderr}");
+    let (code, _, stderr) = run_cli(&["diff", "--url", &endpoint, &out_arg, &out_arg]);
+    assert_eq!(code, 2, "a file and --url: {stderr}");
 
     // stdio, to stdout, keys in a stable (sorted) order; the result diffs cleanly against itself.
     let state = temp_dir("capture-state");

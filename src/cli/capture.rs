@@ -80,9 +80,30 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
             target.env = pairs(&args.env, "--env")?;
         }
     }
+    let text = capture(&target, args.timeout)?;
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?
+        }
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// A live server's list over Streamable HTTP, as `driftline capture --url` writes it (`driftline diff --url`).
+pub(super) fn capture_url(url: &str, headers: &[String], timeout_seconds: u64) -> anyhow::Result<String> {
+    let mut target = ProbeTarget::named(driftline_schemas::ServerName::parse("capture")?);
+    target.url = Some(url.to_owned());
+    target.headers = pairs(headers, "--header")?;
+    capture(&target, timeout_seconds)
+}
+
+/// The target's list as pretty JSON text: the tools array, or an object with the tools and what else the
+/// server declares.
+fn capture(target: &ProbeTarget, timeout_seconds: u64) -> anyhow::Result<String> {
     let endpoint = target.endpoint().map_err(|reason| anyhow!("{reason}"))?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let timeout = Duration::from_secs(args.timeout);
+    let timeout = Duration::from_secs(timeout_seconds);
     let (tools, surfaces) =
         runtime.block_on(driftline_probe::capture(&endpoint, timeout)).map_err(|err| match err {
             ProbeError::Target(reason) => anyhow!("{reason}"),
@@ -105,11 +126,5 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
     };
     let mut text = serde_json::to_string_pretty(&output)?;
     text.push('\n');
-    match &args.out {
-        Some(path) => {
-            std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?
-        }
-        None => print!("{text}"),
-    }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(text)
 }

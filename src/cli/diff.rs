@@ -24,8 +24,22 @@ use super::{read_input, EXIT_DRIFT, EXIT_OK};
 pub struct DiffArgs {
     /// The baseline: a tools array, {"tools": [...]}, or a JSON-RPC tools/list response.
     old: PathBuf,
-    /// The new tool list, in any of the same forms.
-    new: PathBuf,
+    /// The new tool list, in any of the same forms (or --url).
+    #[arg(required_unless_present = "url")]
+    new: Option<PathBuf>,
+    /// Capture the new list from this live server (Streamable HTTP) instead of a file:
+    /// `driftline diff --url URL BASELINE.json`.
+    #[arg(long, conflicts_with = "new")]
+    url: Option<String>,
+    /// A request header for --url, as NAME=VALUE; repeat for more.
+    #[arg(long = "header", value_name = "NAME=VALUE", requires = "url")]
+    headers: Vec<String>,
+    /// With --url: also write the captured list to FILE (the reports then point into it).
+    #[arg(long, value_name = "FILE", requires = "url")]
+    out: Option<PathBuf>,
+    /// With --url: seconds to connect, and then to read every page of the lists.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: u64,
     /// text, json, or for CI: sarif (SARIF 2.1.0 for code scanning), github (workflow-command annotations),
     /// markdown (a pull-request comment, worst changes first).
     #[arg(long, value_enum, default_value_t)]
@@ -104,7 +118,26 @@ struct CostChange {
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let entries = args.ignore.as_deref().map(ignore::load).transpose()?.unwrap_or_default();
-    let ((old, old_surfaces), (new, new_surfaces)) = (load_server(&args.old)?, load_server(&args.new)?);
+    let old_text = read_input(Some(&args.old))?;
+    let old_path = args.old.display().to_string();
+    // The new list: a file, or captured from a live server (kept in --out when given).
+    let (new_text, new_path) = match (&args.new, &args.url) {
+        (Some(path), _) => (read_input(Some(path))?, path.display().to_string()),
+        (None, Some(url)) => {
+            let text = super::capture::capture_url(url, &args.headers, args.timeout)?;
+            match &args.out {
+                Some(path) => {
+                    std::fs::write(path, &text)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    (text.into_bytes(), path.display().to_string())
+                }
+                None => (text.into_bytes(), url.clone()),
+            }
+        }
+        (None, None) => return Err(anyhow!("give the new list's file, or --url URL")),
+    };
+    let ((old, old_surfaces), (new, new_surfaces)) =
+        (server_from(&old_text, &old_path)?, server_from(&new_text, &new_path)?);
     // A file of tools only says nothing of the rest: the other file's surfaces stand for it.
     let new_surfaces = carried(new_surfaces.as_ref(), old_surfaces.as_ref());
     let old_surfaces = carried(old_surfaces.as_ref(), new_surfaces.as_ref());
@@ -142,9 +175,8 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         expired_ignores: &applied.expired,
     };
     let text_of = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
-    let (old_text, new_text) = (text_of(&args.old), text_of(&args.new));
+    let (old_text, new_text) = (String::from_utf8_lossy(&old_text), String::from_utf8_lossy(&new_text));
     let ignore_text = args.ignore.as_deref().map(text_of).unwrap_or_default();
-    let (old_path, new_path) = (args.old.display().to_string(), args.new.display().to_string());
     let ignore_path = args.ignore.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
     let report = || reports::Report {
         old: reports::Source { path: &old_path, text: &old_text },
@@ -221,9 +253,8 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
 /// Accepts a tools array, `{"tools": [...]}`, or `{"result": {"tools": [...]}}`; the tools are kept as text.
 /// A file's tools, and what the server declares besides them where the file holds it (`driftline
 /// capture`'s object form, or a PUT body: `instructions`, `prompts`, `resources`, `resourceTemplates`).
-fn load_server(path: &Path) -> anyhow::Result<(ToolsText, Option<ServerSurfaces>)> {
-    let tools = load_tools(path)?;
-    let bytes = read_input(Some(path))?;
+fn server_from(bytes: &[u8], name: &str) -> anyhow::Result<(ToolsText, Option<ServerSurfaces>)> {
+    let tools = tools_from(bytes, name)?;
     #[derive(Deserialize)]
     struct Declared {
         instructions: Option<String>,
@@ -233,7 +264,7 @@ fn load_server(path: &Path) -> anyhow::Result<(ToolsText, Option<ServerSurfaces>
         resource_templates: Option<Vec<Value>>,
     }
     let surfaces = match bytes.first() {
-        Some(b'{') => serde_json::from_slice::<Declared>(&bytes)
+        Some(b'{') => serde_json::from_slice::<Declared>(bytes)
             .ok()
             .map(|d| ServerSurfaces {
                 instructions: d.instructions,
@@ -248,6 +279,11 @@ fn load_server(path: &Path) -> anyhow::Result<(ToolsText, Option<ServerSurfaces>
 }
 
 pub(super) fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
+    tools_from(&read_input(Some(path))?, &path.display().to_string())
+}
+
+/// A list's tools from its text; `name` (a path, a URL) words the errors.
+fn tools_from(bytes: &[u8], name: &str) -> anyhow::Result<ToolsText> {
     #[derive(Deserialize)]
     struct Wrapped<'a> {
         #[serde(borrow)]
@@ -255,9 +291,8 @@ pub(super) fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
         #[serde(borrow)]
         result: Option<&'a RawValue>,
     }
-    let bytes = read_input(Some(path))?;
-    let not_json = || format!("{} is not valid JSON", path.display());
-    let text = std::str::from_utf8(&bytes).with_context(not_json)?;
+    let not_json = || format!("{name} is not valid JSON");
+    let text = std::str::from_utf8(bytes).with_context(not_json)?;
     let whole: &RawValue = serde_json::from_str(text).with_context(not_json)?;
     fn wrapped(text: &str) -> Option<Wrapped<'_>> {
         serde_json::from_str(text).ok()
@@ -271,8 +306,7 @@ pub(super) fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
     };
     let Some(tools) = tools.and_then(|tools| ToolsText::parse(tools.get()).ok()) else {
         return Err(anyhow!(
-            "{}: expected a tools array, {{\"tools\": [...]}}, or a tools/list response {{\"result\": {{\"tools\": [...]}}}}",
-            path.display()
+            "{name}: expected a tools array, {{\"tools\": [...]}}, or a tools/list response {{\"result\": {{\"tools\": [...]}}}}"
         ));
     };
     // Files may hold lists of any length, but not references fanning out to millions of nodes (minutes
@@ -282,7 +316,7 @@ pub(super) fn load_tools(path: &Path) -> anyhow::Result<ToolsText> {
         max_depth: usize::MAX,
         ..Default::default()
     };
-    check_tools_text(&limits, &tools).with_context(|| path.display().to_string())?;
+    check_tools_text(&limits, &tools).with_context(|| name.to_owned())?;
     Ok(tools)
 }
 
