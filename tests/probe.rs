@@ -651,3 +651,154 @@ fn check_list_change_triggers_a_probe(name: &str, flags: &[&str]) {
     let history = client.get("/api/health/servers/live/drift-history").1;
     assert_eq!(history[0]["changes"][0]["change_type"], "param_became_required", "{health} {history}");
 }
+
+/// One step of action.yml as the runner reads it: its `run:` line (bash steps) or the action it `uses:`,
+/// its `if:` and its `env:`.
+#[derive(Debug, Default)]
+struct ActionStep {
+    name: String,
+    run: Option<String>,
+    uses: Option<String>,
+    condition: Option<String>,
+    env: Vec<(String, String)>,
+}
+
+/// The steps of a composite action file, read line by line (the file keeps each value on its key's line).
+fn action_steps(text: &str) -> Vec<ActionStep> {
+    let mut steps: Vec<ActionStep> = Vec::new();
+    let mut in_env = false;
+    for line in text.lines().skip_while(|line| line.trim() != "steps:").skip(1) {
+        let trimmed = line.trim();
+        if let Some(name) = trimmed.strip_prefix("- name: ") {
+            steps.push(ActionStep { name: name.to_owned(), ..ActionStep::default() });
+            in_env = false;
+            continue;
+        }
+        let Some(step) = steps.last_mut() else { continue };
+        let indent = line.len() - line.trim_start().len();
+        if in_env && indent == 8 {
+            if let Some((key, value)) = trimmed.split_once(": ") {
+                step.env.push((key.to_owned(), value.to_owned()));
+            }
+            continue;
+        }
+        in_env = trimmed == "env:";
+        match trimmed.split_once(": ") {
+            Some(("run", run)) => {
+                // A value opening with a quote would be a YAML quoted scalar ending at its closing quote.
+                assert!(!run.starts_with(['"', '\'']), "step {:?}: run: {run}", step.name);
+                step.run = Some(run.to_owned());
+            }
+            Some(("uses", uses)) => step.uses = Some(uses.to_owned()),
+            Some(("if", condition)) => step.condition = Some(condition.to_owned()),
+            _ => {}
+        }
+    }
+    steps
+}
+
+/// `${{ inputs.X }}` and `${{ steps.check.outputs.X }}` put in, as the runner does before a step runs.
+fn expressions(text: &str, inputs: &[(&str, String)], outputs: &[(String, String)]) -> String {
+    let mut out = text.to_owned();
+    for (name, value) in inputs {
+        out = out.replace(&format!("${{{{ inputs.{name} }}}}"), value);
+    }
+    for (name, value) in outputs {
+        out = out.replace(&format!("${{{{ steps.check.outputs.{name} }}}}"), value);
+    }
+    out
+}
+
+/// The GitHub Action of this repository (action.yml), its bash steps run as the runner runs them — each
+/// `run:` line through `bash -eo pipefail` with the step's `env:`, inputs and outputs put in, the runner's
+/// files (`GITHUB_OUTPUT`, `GITHUB_STEP_SUMMARY`, `GITHUB_PATH`) — against a stdio server on the official
+/// Python SDK: a release that makes a parameter required is annotated, its SARIF and summary written, and
+/// the last step fails; the unchanged server passes. The upload step is GitHub's own action: only its
+/// condition and input are checked here.
+#[test]
+fn the_github_actions_steps_annotate_and_fail_a_breaking_release() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let steps = action_steps(&std::fs::read_to_string(root.join("action.yml")).expect("action.yml"));
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["Install driftline", "Capture and diff", "Upload SARIF", "Fail per fail-on"]);
+    let upload = &steps[2];
+    assert_eq!(upload.uses.as_deref(), Some("github/codeql-action/upload-sarif@v3"));
+    assert!(
+        upload.condition.as_deref().is_some_and(|c| c.contains("steps.check.outputs.sarif")),
+        "{upload:?}"
+    );
+
+    let dir = temp_dir("action");
+    let state = temp_dir("action-state");
+    let command =
+        format!("{} {} --state {}", python().display(), catalog_server().display(), state.display());
+    let baseline = dir.join("mcp-baseline.json");
+    let mut capture = vec!["capture", "--out"];
+    let baseline_arg = baseline.display().to_string();
+    capture.push(&baseline_arg);
+    capture.push("--");
+    capture.extend(command.split(' '));
+    let (code, _, stderr) = run_cli(&capture);
+    assert_eq!(code, 0, "{stderr}");
+
+    let run = |version: &str| -> (Vec<i32>, String, Vec<(String, String)>, String) {
+        std::fs::write(state.join("version"), version).expect("version");
+        let runner = temp_dir(&format!("action-runner-{version}"));
+        let (output, summary, path) = (runner.join("output"), runner.join("summary.md"), runner.join("path"));
+        for file in [&output, &summary, &path] {
+            std::fs::write(file, "").expect("a runner file");
+        }
+        let inputs = [
+            ("baseline", baseline_arg.clone()),
+            ("command", command.clone()),
+            ("url", String::new()),
+            ("fail-on", "breaking".to_owned()),
+            ("ignore", String::new()),
+            ("server", String::new()),
+            ("context-growth-percent", "0".to_owned()),
+        ];
+        let (mut codes, mut annotations, mut outputs) = (Vec::new(), String::new(), Vec::new());
+        for step in steps.iter().filter(|s| s.run.is_some()) {
+            let script = expressions(step.run.as_deref().unwrap_or_default(), &inputs, &outputs);
+            let extra_path = std::fs::read_to_string(&path).unwrap_or_default();
+            let search =
+                extra_path.lines().chain(std::env::var("PATH").ok().as_deref()).collect::<Vec<_>>().join(":");
+            let result = std::process::Command::new("bash")
+                .args(["--noprofile", "--norc", "-eo", "pipefail", "-c", &script])
+                .envs(step.env.iter().map(|(k, v)| (k.clone(), expressions(v, &inputs, &outputs))))
+                .env("GITHUB_ACTION_PATH", root)
+                .env("RUNNER_TEMP", &runner)
+                .env("GITHUB_OUTPUT", &output)
+                .env("GITHUB_STEP_SUMMARY", &summary)
+                .env("GITHUB_PATH", &path)
+                .env("DRIFTLINE_BIN", env!("CARGO_BIN_EXE_driftline"))
+                .env("PATH", search)
+                .output()
+                .expect("bash");
+            codes.push(result.status.code().unwrap_or(-1));
+            annotations.push_str(&String::from_utf8_lossy(&result.stdout));
+            outputs = std::fs::read_to_string(&output)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+                .collect();
+        }
+        (codes, annotations, outputs, std::fs::read_to_string(&summary).unwrap_or_default())
+    };
+
+    let (codes, annotations, outputs, summary) = run("2");
+    assert_eq!(codes, [0, 0, 1], "install, check, fail: {annotations}");
+    assert!(annotations.contains("::error file=") && annotations.contains("region"), "{annotations}");
+    let output = |name: &str| outputs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    assert_eq!(output("exit-code").as_deref(), Some("1"));
+    let sarif: Value = serde_json::from_str(
+        &std::fs::read_to_string(output("sarif").expect("a sarif output")).expect("the log"),
+    )
+    .expect("SARIF JSON");
+    assert_eq!(sarif["runs"][0]["results"][0]["level"], "error", "{sarif}");
+    assert!(summary.starts_with("### driftline: ") && summary.contains("BREAKING"), "{summary}");
+
+    let (codes, annotations, outputs, _) = run("1");
+    assert_eq!(codes, [0, 0, 0], "the unchanged server passes: {annotations}");
+    assert!(outputs.iter().any(|(k, v)| k == "exit-code" && v == "0"), "{outputs:?}");
+}
