@@ -59,7 +59,7 @@ fn export(trace: u8, n: usize, drifted: usize, now_ns: u64) -> ExportTraceServic
     }
     spans.push(Span {
         span_id: vec![9; 8],
-        attributes: vec![kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "orphan")],
+        attributes: vec![kv("mcp.method.name", "tools/call"), kv("gen_ai.tool.name", "orphan")],
         start_time_unix_nano: now_ns,
         end_time_unix_nano: now_ns,
         ..Default::default()

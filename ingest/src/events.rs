@@ -2,9 +2,13 @@
 //! place (Vector's internal events). Metrics are counted nowhere else in the crate (the tidy test checks),
 //! and their label values are enums.
 
-use driftline_schemas::ProjectName;
+use std::sync::{LazyLock, Mutex};
+use std::time::Instant;
+
+use driftline_schemas::{LogBudget, ProjectName};
 
 use crate::metrics;
+use crate::otlp::SkippedSpans;
 
 /// Something that happened; `emit` logs it and counts it.
 pub(crate) trait Emit {
@@ -107,10 +111,13 @@ impl Emit for ToolListReceived<'_> {
 pub(crate) struct TracesReceived<'a> {
     pub project: &'a ProjectName,
     pub tool_calls: u64,
-    pub skipped: u64,
+    pub skipped: &'a SkippedSpans,
     pub rejected: u64,
     pub unavailable: bool,
 }
+
+/// Lines about skipped spans: a sample (a second's worth at most), each naming a span of its reason.
+static SKIPPED_LINES: LazyLock<Mutex<LogBudget>> = LazyLock::new(|| Mutex::new(LogBudget::default()));
 
 impl Emit for TracesReceived<'_> {
     fn emit(self) {
@@ -120,9 +127,16 @@ impl Emit for TracesReceived<'_> {
             metrics::OTLP_SPANS.with_label_values(&["unavailable"]).inc_by(tool_calls);
             return;
         }
-        tracing::debug!(project = %project, tool_calls, skipped, rejected, "otlp traces ingested");
+        tracing::debug!(project = %project, tool_calls, skipped = skipped.total(), rejected, "otlp traces ingested");
         metrics::OTLP_SPANS.with_label_values(&["tool_call"]).inc_by(tool_calls);
-        metrics::OTLP_SPANS.with_label_values(&["skipped"]).inc_by(skipped);
+        metrics::OTLP_SPANS.with_label_values(&["skipped"]).inc_by(skipped.total());
         metrics::OTLP_SPANS.with_label_values(&["rejected"]).inc_by(rejected);
+        for (reason, (count, example)) in &skipped.0 {
+            metrics::OTLP_SKIPPED.with_label_values(&[reason.as_str()]).inc_by(*count);
+            let line = SKIPPED_LINES.lock().ok().and_then(|mut budget| budget.take(Instant::now()));
+            if let Some(unlogged) = line {
+                tracing::info!(project = %project, reason = reason.as_str(), count, example = %example, unlogged, "otlp spans skipped: not tool calls");
+            }
+        }
     }
 }

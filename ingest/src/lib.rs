@@ -583,7 +583,7 @@ async fn traces(
             TracesReceived {
                 project: &who.project,
                 tool_calls: accepted_count,
-                skipped: 0,
+                skipped: &otlp::SkippedSpans::default(),
                 rejected: 0,
                 unavailable: true,
             }
@@ -595,7 +595,7 @@ async fn traces(
     TracesReceived {
         project: &who.project,
         tool_calls: accepted_count,
-        skipped: mapped.skipped,
+        skipped: &mapped.skipped,
         rejected: rejected_count,
         unavailable: false,
     }

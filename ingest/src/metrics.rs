@@ -43,3 +43,12 @@ pub static OTLP_SPANS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
     .expect("metric names are static and valid")
 });
+
+pub static OTLP_SKIPPED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "driftline_ingest_otlp_spans_skipped_total",
+        "OTLP spans skipped as not tool calls, by reason (other_mcp_method, other_gen_ai_operation, not_gen_ai)",
+        &["reason"]
+    )
+    .expect("metric names are static and valid")
+});

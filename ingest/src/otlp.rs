@@ -6,17 +6,17 @@
 //!
 //! | ToolCallSpan | taken from (first present) |
 //! |---|---|
-//! | is a tool call | `gen_ai.operation.name = execute_tool`, or `mcp.method.name = tools/call` |
-//! | tool | `gen_ai.tool.name`, `mcp.tool.name`, else the span name's `tools/call NAME` |
-//! | server | `mcp.server.name`, `server.address` (with `:server.port` when set); on an MCP server's own span (kind SERVER) `mcp.server.name`, else the resource `service.name` |
+//! | is a tool call | `gen_ai.operation.name = execute_tool`, or `mcp.method.name = tools/call`, or a span named `mcp.tool.call` with `mcp.tool.name` (Docker MCP Gateway) |
+//! | tool | `gen_ai.tool.name`, `mcp.tool.name`, else the span name's `tools/call NAME`; a name `mcp__SERVER__TOOL` (Claude Code, the Claude Agent SDK) is TOOL of SERVER |
+//! | server | `mcp.server.name`, the `mcp__SERVER__` of the tool's name, `server.address` (with `:server.port` when set); on an MCP server's own span (kind SERVER) `mcp.server.name`, else the resource `service.name` |
 //! | span_id | `gen_ai.tool.call.id`, else the span id (hex) |
 //! | trace_id | the trace id (hex) |
 //! | session_id | `gen_ai.conversation.id`, `mcp.session.id`, `session.id` |
 //! | agent_name | `gen_ai.agent.name`, else resource `service.name`; on a server span `gen_ai.agent.name`, `mcp.client.name` (else unknown) |
 //! | started_at, duration_ms | start and end time of the span |
-//! | status, error | span status ERROR → `error` with the status message or `error.type`; otherwise `success` |
-//! | return_value | `gen_ai.tool.call.result` (JSON text is parsed; other text is a string value) |
-//! | arguments | `gen_ai.tool.call.arguments` (opt-in in the conventions; JSON text only: its shape is kept, never the values) |
+//! | status, error | span status ERROR, an `error.type` (`tool_error` when the result has `isError`), or an `rpc.response.status_code` (a JSON-RPC error) → `error` with the status message, else `error.type`, else the code; otherwise `success` |
+//! | return_value | `gen_ai.tool.call.result`: structured (a map or a list) as it is, JSON text parsed, other text a string value |
+//! | arguments | `gen_ai.tool.call.arguments` (opt-in in the conventions; structured, or JSON text: its shape is kept, never the values) |
 
 use std::collections::HashMap;
 
@@ -32,10 +32,49 @@ use serde_json::value::RawValue;
 #[derive(Debug, Default)]
 pub struct Mapped {
     pub spans: Vec<ToolCallSpan>,
-    /// Spans that are not tool calls.
-    pub skipped: u64,
+    /// Spans that are not tool calls, by why.
+    pub skipped: SkippedSpans,
     /// Tool-call spans that could not be read, with why.
     pub rejected: Vec<String>,
+}
+
+/// Why a span is not a tool call: a bounded set, so that each can be a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// Another MCP method (`tools/list`, `initialize`, `resources/read`, …).
+    OtherMcpMethod,
+    /// Another GenAI operation (`chat`, `embeddings`, `invoke_agent`, …).
+    OtherGenAiOperation,
+    /// Neither MCP nor GenAI attributes (an HTTP request, a database query, …).
+    NotGenAi,
+    /// A GenAI tool call that names no MCP server at all: the agent's own (function) tool.
+    NotMcpTool,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::OtherMcpMethod => "other_mcp_method",
+            SkipReason::OtherGenAiOperation => "other_gen_ai_operation",
+            SkipReason::NotGenAi => "not_gen_ai",
+            SkipReason::NotMcpTool => "not_mcp_tool",
+        }
+    }
+}
+
+/// Spans skipped, counted by reason, with the first span name seen for each (for a sampled log line).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SkippedSpans(pub std::collections::BTreeMap<SkipReason, (u64, String)>);
+
+impl SkippedSpans {
+    fn add(&mut self, reason: SkipReason, span_name: &str) {
+        let entry = self.0.entry(reason).or_insert_with(|| (0, span_name.chars().take(120).collect()));
+        entry.0 += 1;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.values().map(|(count, _)| count).sum()
+    }
 }
 
 fn text(value: &AnyValue) -> Option<String> {
@@ -50,6 +89,84 @@ fn text(value: &AnyValue) -> Option<String> {
 
 fn attributes(list: &[KeyValue]) -> HashMap<&str, String> {
     list.iter().filter_map(|kv| Some((kv.key.as_str(), text(kv.value.as_ref()?)?))).collect()
+}
+
+/// A structured attribute value (a map or a list, as the conventions say `gen_ai.tool.call.result` SHOULD
+/// be) as JSON; `None` for a scalar, which [`text`] reads.
+fn structured(value: &AnyValue) -> Option<serde_json::Value> {
+    fn json(value: &AnyValue) -> serde_json::Value {
+        use serde_json::Value;
+        match value.value.as_ref() {
+            None => Value::Null,
+            Some(any_value::Value::StringValue(s)) => Value::String(s.clone()),
+            Some(any_value::Value::BoolValue(b)) => Value::Bool(*b),
+            Some(any_value::Value::IntValue(i)) => Value::from(*i),
+            Some(any_value::Value::DoubleValue(d)) => {
+                serde_json::Number::from_f64(*d).map_or(Value::Null, Value::Number)
+            }
+            Some(any_value::Value::BytesValue(bytes)) => Value::String(hex::encode(bytes)),
+            Some(any_value::Value::ArrayValue(array)) => {
+                Value::Array(array.values.iter().map(json).collect())
+            }
+            Some(any_value::Value::KvlistValue(list)) => Value::Object(
+                list.values
+                    .iter()
+                    .map(|kv| (kv.key.clone(), kv.value.as_ref().map_or(Value::Null, json)))
+                    .collect(),
+            ),
+            #[allow(unreachable_patterns)]
+            Some(_) => Value::Null,
+        }
+    }
+    match value.value.as_ref()? {
+        any_value::Value::ArrayValue(_) | any_value::Value::KvlistValue(_) => Some(json(value)),
+        _ => None,
+    }
+}
+
+/// The attribute `key` of `span` as a JSON value: structured as it is, JSON text parsed; other text, when
+/// `text_as_string`, a string value.
+fn json_attribute(span: &Span, key: &str, text_as_string: bool) -> Result<Option<Box<RawValue>>, String> {
+    let Some(value) = span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()) else {
+        return Ok(None);
+    };
+    if let Some(json) = structured(value) {
+        return RawValue::from_string(json.to_string()).map(Some).map_err(|e| e.to_string());
+    }
+    let Some(text) = text(value) else { return Ok(None) };
+    match RawValue::from_string(text.clone()) {
+        Ok(raw) => Ok(Some(raw)),
+        Err(_) if text_as_string => RawValue::from_string(serde_json::Value::String(text).to_string())
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Whether a span is a tool call, or why not.
+fn tool_call_or_skip(span: &Span, attrs: &HashMap<&str, String>) -> Result<(), SkipReason> {
+    let operation = attrs.get("gen_ai.operation.name");
+    let method = attrs.get("mcp.method.name");
+    // Docker MCP Gateway: `mcp.tool.call` spans with `mcp.tool.name`, and neither attribute above.
+    let gateway = span.name == "mcp.tool.call" && attrs.contains_key("mcp.tool.name");
+    if method.is_some_and(|v| v == "tools/call") || gateway {
+        return Ok(());
+    }
+    if operation.is_some_and(|v| v == "execute_tool") {
+        // An agent's own tool (a function, a shell) has no MCP server: not ours to watch. An MCP tool names
+        // its server somewhere: an `mcp.*` attribute, the server's address, the `mcp__SERVER__` of its name,
+        // or, on the server's own span, its kind.
+        let mcp = attrs.keys().any(|key| key.starts_with("mcp."))
+            || attrs.contains_key("server.address")
+            || attrs.get("gen_ai.tool.name").is_some_and(|name| name.starts_with("mcp__"))
+            || span.kind == SpanKind::Server as i32;
+        return if mcp { Ok(()) } else { Err(SkipReason::NotMcpTool) };
+    }
+    Err(match (method, operation) {
+        (Some(_), _) => SkipReason::OtherMcpMethod,
+        (None, Some(_)) => SkipReason::OtherGenAiOperation,
+        (None, None) => SkipReason::NotGenAi,
+    })
 }
 
 fn first<'a>(maps: &[&'a HashMap<&str, String>], keys: &[&str]) -> Option<&'a String> {
@@ -70,10 +187,8 @@ pub fn map_request(request: &ExportTraceServiceRequest) -> Mapped {
         for scope_spans in &resource_spans.scope_spans {
             for span in &scope_spans.spans {
                 let attrs = attributes(&span.attributes);
-                let is_tool_call = attrs.get("gen_ai.operation.name").is_some_and(|v| v == "execute_tool")
-                    || attrs.get("mcp.method.name").is_some_and(|v| v == "tools/call");
-                if !is_tool_call {
-                    mapped.skipped += 1;
+                if let Err(reason) = tool_call_or_skip(span, &attrs) {
+                    mapped.skipped.add(reason, &span.name);
                     continue;
                 }
                 match tool_call(span, &attrs, &resource) {
@@ -102,15 +217,26 @@ fn tool_call(
         .split_once("tools/call ")
         .map(|(_, tool)| tool.trim())
         .filter(|t| !t.is_empty() && !t.contains(' '));
-    let tool = first(&own, &["gen_ai.tool.name", "mcp.tool.name"])
+    let declared = first(&own, &["gen_ai.tool.name", "mcp.tool.name"])
         .cloned()
         .or(named.map(str::to_owned))
         .ok_or("no gen_ai.tool.name attribute")?;
+    // Claude Code and the Claude Agent SDK name an MCP server's tool `mcp__SERVER__TOOL`.
+    let (prefixed_server, tool) = match declared.strip_prefix("mcp__").and_then(|rest| rest.split_once("__"))
+    {
+        Some((server, tool)) if !server.is_empty() && !tool.is_empty() => {
+            (Some(server.to_owned()), tool.to_owned())
+        }
+        _ => (None, declared),
+    };
     // An MCP server's own span (kind SERVER, as the official SDKs emit them) names no server address:
     // the server is the service that emitted it. Its resource names the server, not the calling agent.
     let server_side = span.kind == SpanKind::Server as i32;
     let service = first(&[resource], &["service.name"]).filter(|name| !name.starts_with("unknown_service"));
-    let server = match (first(&own, &["mcp.server.name"]), first(&own, &["server.address"])) {
+    let server = match (
+        first(&own, &["mcp.server.name"]).or(prefixed_server.as_ref()),
+        first(&own, &["server.address"]),
+    ) {
         (Some(name), _) => name.clone(),
         (None, Some(address)) if !server_side => match attrs.get("server.port") {
             Some(port) => format!("{address}:{port}"),
@@ -130,27 +256,25 @@ fn tool_call(
         i64::try_from(span.start_time_unix_nano / 1_000_000).map_err(|_| "start time out of range")?;
     let started_at = Timestamp::from_millis(started).ok_or("start time out of range")?;
     let duration_ms = span.end_time_unix_nano.saturating_sub(span.start_time_unix_nano) as f64 / 1e6;
-    let failed = span.status.as_ref().is_some_and(|s| s.code == StatusCode::Error as i32);
+    // The conventions mark a failed call by `error.type` (`tool_error` for a result with `isError`) and a
+    // JSON-RPC error by `rpc.response.status_code`, with or without the span status.
+    let status_code = attrs.get("rpc.response.status_code").filter(|code| code.as_str() != "0");
+    let failed = span.status.as_ref().is_some_and(|s| s.code == StatusCode::Error as i32)
+        || attrs.contains_key("error.type")
+        || status_code.is_some();
     let error = failed.then(|| {
         span.status
             .as_ref()
             .map(|s| s.message.clone())
             .filter(|m| !m.is_empty())
             .or_else(|| attrs.get("error.type").cloned())
+            .or_else(|| status_code.map(|code| format!("JSON-RPC error {code}")))
             .unwrap_or_default()
     });
-    let return_value = match attrs.get("gen_ai.tool.call.result") {
-        None => None,
-        Some(result) => Some(match RawValue::from_string(result.clone()) {
-            Ok(raw) => raw,
-            // Not JSON: the tool returned text.
-            Err(_) => RawValue::from_string(serde_json::Value::String(result.clone()).to_string())
-                .map_err(|e| e.to_string())?,
-        }),
-    };
-    // Arguments are an object sent as JSON text; text that is not JSON tells nothing of their shape.
-    let arguments =
-        attrs.get("gen_ai.tool.call.arguments").and_then(|text| RawValue::from_string(text.clone()).ok());
+    // Text that is not JSON is what the tool returned as text.
+    let return_value = json_attribute(span, "gen_ai.tool.call.result", true)?;
+    // Arguments are an object; text that is not JSON tells nothing of their shape.
+    let arguments = json_attribute(span, "gen_ai.tool.call.arguments", false)?;
     Ok(ToolCallSpan {
         schema_version: driftline_schemas::SCHEMA_VERSION,
         project: None,
@@ -222,7 +346,7 @@ mod tests {
                 assert!(mapped.rejected.is_empty(), "{:?}", mapped.rejected);
                 assert_eq!(serde_json::to_value(&mapped.spans[0]).expect("json"), want);
             }
-            Err("skipped") => assert_eq!((mapped.skipped, mapped.spans.len()), (1, 0)),
+            Err("skipped") => assert_eq!((mapped.skipped.total(), mapped.spans.len()), (1, 0)),
             Err(reason) => assert!(mapped.rejected[0].ends_with(reason), "{:?}", mapped.rejected),
         }
     }
@@ -350,10 +474,38 @@ mod tests {
         named.name = "MCP send tools/call get_forecast".into();
         let mapped = map_request(&request(vec![named]));
         assert_eq!(mapped.spans[0].tool, "get_forecast", "{:?}", mapped.rejected);
+        // An MCP client span that names no server cannot be counted: rejected, so the emitter hears of it.
         check(
-            vec![kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "t")],
+            vec![kv("mcp.method.name", "tools/call"), kv("gen_ai.tool.name", "t")],
             None,
             Err("no mcp.server.name or server.address attribute"),
         );
+        // A GenAI tool call with nothing of MCP is the agent's own tool: skipped.
+        check(
+            vec![kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "t")],
+            None,
+            Err("skipped"),
+        );
+    }
+
+    /// Which reason a skipped span is counted under.
+    #[test]
+    fn skipped_spans_are_counted_by_reason() {
+        let reason = |attributes: Vec<KeyValue>| {
+            let mapped = map_request(&request(vec![span(attributes, None)]));
+            mapped.skipped.0.keys().map(|r| r.as_str()).collect::<Vec<_>>()
+        };
+        assert_eq!(reason(vec![kv("mcp.method.name", "tools/list")]), ["other_mcp_method"]);
+        assert_eq!(reason(vec![kv("gen_ai.operation.name", "chat")]), ["other_gen_ai_operation"]);
+        assert_eq!(reason(vec![kv("http.request.method", "GET")]), ["not_gen_ai"]);
+        assert_eq!(
+            reason(vec![kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "Bash")]),
+            ["not_mcp_tool"]
+        );
+        let tools_called = vec![
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", "mcp__github__create_issue"),
+        ];
+        assert!(reason(tools_called).is_empty(), "an MCP tool by its name");
     }
 }
