@@ -251,6 +251,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             list_budget: Arc::new(driftline_ingest::list_budget::ListWorkBudget::new(
                 config.limits.list_work(),
             )),
+            otlp_servers: Arc::new(config.otlp.server_names()?),
         });
         app = app.merge(ingest);
         documents.push(ingest_doc);

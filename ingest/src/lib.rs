@@ -61,6 +61,8 @@ pub struct IngestState {
     pub clock: fn() -> Timestamp,
     /// Each project's budget of tool-list work (made from `limits.list_work`).
     pub list_budget: Arc<ListWorkBudget>,
+    /// `otlp.servers`: names for servers that client spans know only by address.
+    pub otlp_servers: Arc<otlp::ServerNames>,
 }
 
 impl axum::extract::FromRef<IngestState> for Arc<Auth> {
@@ -547,7 +549,7 @@ async fn traces(
         OtlpEncoding::Json => serde_json::from_slice(&bytes)
             .map_err(|err| ApiError::bad_request(format!("not an OTLP ExportTraceServiceRequest: {err}")))?,
     };
-    let mapped = otlp::map_request(&request);
+    let mapped = otlp::map_request(&request, &state.otlp_servers);
     // The same limits and checks as /v1/spans.
     if mapped.spans.len() > state.limits.max_spans_per_batch {
         return Err(ApiError::new(

@@ -38,6 +38,32 @@ pub struct Mapped {
     pub rejected: Vec<String>,
 }
 
+/// `otlp.servers`: the names of servers that client spans know only by their address (`host`, `host:port`,
+/// or a prefix of the request URL in `url.full`), so that one server reached through two addresses is one
+/// server. An address with no entry keeps its own name (`host:port`), as listed by health.
+#[derive(Debug, Clone, Default)]
+pub struct ServerNames(Vec<(String, ServerName)>);
+
+impl ServerNames {
+    pub fn new(entries: Vec<(String, ServerName)>) -> Self {
+        ServerNames(entries)
+    }
+
+    /// The name for a span that names `address` (`host:port` when it has a port, else `host`) and maybe
+    /// its URL: the entry for the address with its port, then without, then the longest URL prefix.
+    fn name_of(&self, host: &str, address: &str, url: Option<&str>) -> Option<&ServerName> {
+        let exact = |key: &str| self.0.iter().find(|(entry, _)| entry == key).map(|(_, name)| name);
+        exact(address).or_else(|| exact(host)).or_else(|| {
+            let url = url?;
+            self.0
+                .iter()
+                .filter(|(entry, _)| entry.contains("://") && url.starts_with(entry.as_str()))
+                .max_by_key(|(entry, _)| entry.len())
+                .map(|(_, name)| name)
+        })
+    }
+}
+
 /// Why a span is not a tool call: a bounded set, so that each can be a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SkipReason {
@@ -180,7 +206,7 @@ fn first<'a>(maps: &[&'a HashMap<&str, String>], keys: &[&str]) -> Option<&'a St
     None
 }
 
-pub fn map_request(request: &ExportTraceServiceRequest) -> Mapped {
+pub fn map_request(request: &ExportTraceServiceRequest, names: &ServerNames) -> Mapped {
     let mut mapped = Mapped::default();
     for resource_spans in &request.resource_spans {
         let resource = attributes(resource_spans.resource.as_ref().map_or(&[][..], |r| &r.attributes));
@@ -191,7 +217,7 @@ pub fn map_request(request: &ExportTraceServiceRequest) -> Mapped {
                     mapped.skipped.add(reason, &span.name);
                     continue;
                 }
-                match tool_call(span, &attrs, &resource) {
+                match tool_call(span, &attrs, &resource, names) {
                     Ok(call) => mapped.spans.push(call),
                     Err(reason) => mapped.rejected.push(format!(
                         "span {}: {reason}",
@@ -208,6 +234,7 @@ fn tool_call(
     span: &Span,
     attrs: &HashMap<&str, String>,
     resource: &HashMap<&str, String>,
+    names: &ServerNames,
 ) -> Result<ToolCallSpan, String> {
     let own = [attrs];
     let both = [attrs, resource];
@@ -238,10 +265,16 @@ fn tool_call(
         first(&own, &["server.address"]),
     ) {
         (Some(name), _) => name.clone(),
-        (None, Some(address)) if !server_side => match attrs.get("server.port") {
-            Some(port) => format!("{address}:{port}"),
-            None => address.clone(),
-        },
+        (None, Some(host)) if !server_side => {
+            let address = match attrs.get("server.port") {
+                Some(port) => format!("{host}:{port}"),
+                None => host.clone(),
+            };
+            match names.name_of(host, &address, attrs.get("url.full").map(String::as_str)) {
+                Some(name) => name.to_string(),
+                None => address,
+            }
+        }
         _ if server_side => service
             .cloned()
             .ok_or("an MCP server span needs mcp.server.name or the resource service.name of the server")?,
@@ -340,7 +373,7 @@ mod tests {
     }
 
     fn check(attributes: Vec<KeyValue>, status: Option<Status>, expected: Result<serde_json::Value, &str>) {
-        let mapped = map_request(&request(vec![span(attributes, status)]));
+        let mapped = map_request(&request(vec![span(attributes, status)]), &ServerNames::default());
         match expected {
             Ok(want) => {
                 assert!(mapped.rejected.is_empty(), "{:?}", mapped.rejected);
@@ -438,7 +471,7 @@ mod tests {
         let mut server_span = span(attributes.clone(), None);
         server_span.kind = SpanKind::Server as i32;
         let mut request = request(vec![server_span.clone()]);
-        let mapped = map_request(&request);
+        let mapped = map_request(&request, &ServerNames::default());
         assert!(mapped.rejected.is_empty(), "{:?}", mapped.rejected);
         let call = serde_json::to_value(&mapped.spans[0]).expect("json");
         assert_eq!(
@@ -450,7 +483,7 @@ mod tests {
         if let Some(resource) = request.resource_spans[0].resource.as_mut() {
             resource.attributes = vec![kv("service.name", "unknown_service:python")];
         }
-        let mapped = map_request(&request);
+        let mapped = map_request(&request, &ServerNames::default());
         assert!(
             mapped.rejected[0].ends_with("the resource service.name of the server"),
             "{:?}",
@@ -472,7 +505,7 @@ mod tests {
         // The span name names the tool when no attribute does (the MCP SDK's client spans).
         let mut named = span(vec![kv("mcp.method.name", "tools/call"), kv("mcp.server.name", "s")], None);
         named.name = "MCP send tools/call get_forecast".into();
-        let mapped = map_request(&request(vec![named]));
+        let mapped = map_request(&request(vec![named]), &ServerNames::default());
         assert_eq!(mapped.spans[0].tool, "get_forecast", "{:?}", mapped.rejected);
         // An MCP client span that names no server cannot be counted: rejected, so the emitter hears of it.
         check(
@@ -488,11 +521,50 @@ mod tests {
         );
     }
 
+    /// `otlp.servers`: a server known by two addresses, and by a URL prefix, is one server; an address with
+    /// no entry keeps its own name.
+    #[test]
+    fn client_spans_known_by_address_take_the_configured_name() {
+        let name = |s: &str| ServerName::parse(s).expect("a name");
+        let names = ServerNames::new(vec![
+            ("tools.internal:8080".into(), name("search-mcp")),
+            ("10.0.0.7".into(), name("search-mcp")),
+            ("https://gw.example/mcp/weather".into(), name("weather-mcp")),
+            ("https://gw.example/mcp".into(), name("gateway")),
+        ]);
+        let server = |attributes: Vec<KeyValue>| {
+            let mut attributes = attributes;
+            attributes.extend([kv("mcp.method.name", "tools/call"), kv("gen_ai.tool.name", "t")]);
+            let mapped = map_request(&request(vec![span(attributes, None)]), &names);
+            mapped
+                .spans
+                .first()
+                .map(|s| s.server.to_string())
+                .unwrap_or_else(|| format!("{:?}", mapped.rejected))
+        };
+        assert_eq!(
+            server(vec![kv("server.address", "tools.internal"), kv("server.port", "8080")]),
+            "search-mcp"
+        );
+        assert_eq!(server(vec![kv("server.address", "10.0.0.7"), kv("server.port", "443")]), "search-mcp");
+        assert_eq!(
+            server(vec![kv("server.address", "tools.internal"), kv("server.port", "9090")]),
+            "tools.internal:9090"
+        );
+        let url =
+            |u: &str| vec![kv("server.address", "gw.example"), kv("server.port", "443"), kv("url.full", u)];
+        assert_eq!(server(url("https://gw.example/mcp/weather/v2")), "weather-mcp", "the longest prefix");
+        assert_eq!(server(url("https://gw.example/mcp/other")), "gateway");
+        assert_eq!(server(url("https://elsewhere.example/mcp")), "gw.example:443");
+        // A name the span gives wins over its address.
+        assert_eq!(server(vec![kv("mcp.server.name", "own"), kv("server.address", "10.0.0.7")]), "own");
+    }
+
     /// Which reason a skipped span is counted under.
     #[test]
     fn skipped_spans_are_counted_by_reason() {
         let reason = |attributes: Vec<KeyValue>| {
-            let mapped = map_request(&request(vec![span(attributes, None)]));
+            let mapped = map_request(&request(vec![span(attributes, None)]), &ServerNames::default());
             mapped.skipped.0.keys().map(|r| r.as_str()).collect::<Vec<_>>()
         };
         assert_eq!(reason(vec![kv("mcp.method.name", "tools/list")]), ["other_mcp_method"]);

@@ -5,12 +5,12 @@
 
 use std::path::Path;
 
-use driftline_ingest::otlp::map_request;
+use driftline_ingest::otlp::{map_request, ServerNames};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use serde_json::{json, Value};
 
 fn summary(request: &ExportTraceServiceRequest) -> Value {
-    let mapped = map_request(request);
+    let mapped = map_request(request, &ServerNames::default());
     let calls: Vec<Value> = mapped
         .spans
         .iter()

@@ -16,6 +16,7 @@ mod kafka;
 mod limits;
 mod log;
 mod notify;
+mod otlp;
 mod probe;
 mod server;
 mod storage;
@@ -37,6 +38,7 @@ pub use kafka::KafkaConfig;
 pub use limits::LimitsConfig;
 pub use log::{LogConfig, LogFormat};
 pub use notify::NotifyConfig;
+pub use otlp::{OtlpConfig, OtlpServer};
 pub use probe::ProbeConfig;
 pub use server::ServerConfig;
 pub use storage::{BusKind, StorageConfig, StoreKind};
@@ -54,6 +56,7 @@ pub struct Config {
     pub notify: NotifyConfig,
     pub kafka: KafkaConfig,
     pub clickhouse: ClickHouseConfig,
+    pub otlp: OtlpConfig,
 }
 
 /// Unset or empty (an optional Secret key rendered as "") is absent.
@@ -168,6 +171,7 @@ impl Config {
         self.clickhouse.validate()?;
         self.probe.validate()?;
         self.notify.validate()?;
+        self.otlp.validate()?;
         self.limits.validate()?;
         let per_tool = driftline_detectors::tool_state_worst_case_bytes(&self.detector.thresholds());
         if self.limits.max_state_bytes_per_project < per_tool {

@@ -85,6 +85,20 @@ fn each_key_is_refused_outside_its_range_with_a_message_naming_it() {
     );
     check("[probe]\ntimeout_seconds = 0", "probe.timeout_seconds = 0 must be at least 1");
     check(
+        "[detector]\ncontext_growth_percent = 10001",
+        "detector.context_growth_percent = 10001 is out of bounds: it must be in [0, 10000] (0 turns it off)",
+    );
+    let server =
+        |address: &str, name: &str| format!("[[otlp.servers]]\naddress = {address:?}\nserver = {name:?}\n");
+    check(&(server("tools.internal:8080", "search-mcp") + &server("https://gw.example/mcp", "gateway")), "");
+    check(&server("", "search-mcp"), "otlp.servers[0].address is empty");
+    check(
+        &(server("10.0.0.7", "a") + &server("10.0.0.7", "b")),
+        "otlp.servers[1].address = \"10.0.0.7\" is listed twice",
+    );
+    let bad = Config::from_toml(&server("10.0.0.7", "../etc")).map(|_| ()).unwrap_err().to_string();
+    assert!(bad.starts_with("otlp.servers[0].server = \"../etc\": "), "{bad}");
+    check(
         "[server]\nbind = \"nowhere\"",
         "server.bind = \"nowhere\" is not an address like 127.0.0.1:8000: invalid socket address syntax",
     );

@@ -47,6 +47,10 @@ SINGLE_VALUES = {
              "env": {"LOG_LEVEL": "warn"}, "cwd": "/tmp"},
         ],
     },
+    "config": {
+        "otlp": {"servers": [{"address": "tools.internal:8080", "server": "search-mcp"},
+                             {"address": "https://gw.example/mcp", "server": "gateway"}]},
+    },
     "notify": {
         "enabled": True,
         "publicUrl": "https://driftline.example.com",
@@ -268,6 +272,7 @@ def test_the_rendered_probe_and_notify_configuration_loads_in_driftline(tmp_path
     parsed = tomllib.loads(config.read_text())
     assert parsed["probe"]["interval_seconds"] == 30
     assert parsed["probe"]["servers"] == SINGLE_VALUES["probe"]["servers"]
+    assert parsed["otlp"]["servers"] == SINGLE_VALUES["config"]["otlp"]["servers"]
     assert parsed["notify"]["public_url"] == "https://driftline.example.com"
     assert parsed["notify"]["webhooks_file"] == str(tmp_path / "webhooks.toml")
     [webhook] = tomllib.loads((tmp_path / "webhooks.toml").read_text())["webhooks"]
@@ -280,6 +285,8 @@ def test_the_rendered_probe_and_notify_configuration_loads_in_driftline(tmp_path
     # The rendered servers go through the loader's own checks too.
     result = check_config(rendered_config(tmp_path, *values, "--set", "probe.servers[1].name=bad name"), "probe")
     assert result.returncode == 2 and "probe.servers[1].name" in result.stderr, result.stderr
+    result = check_config(rendered_config(tmp_path, *values, "--set", "config.otlp.servers[1].server=../x"), "ingest")
+    assert result.returncode == 2 and "otlp.servers[1].server" in result.stderr, result.stderr
 
 
 def test_webhook_urls_and_secrets_are_only_in_the_secret(tmp_path):
