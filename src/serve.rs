@@ -237,8 +237,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             stop.subscribe(),
         );
     }
+    let mut grpc_state = None;
     if role.ingests() {
-        let (ingest, ingest_doc) = driftline_ingest::router(IngestState {
+        let state = IngestState {
             producer: producer.clone(),
             auth: auth.clone(),
             limits: Limits {
@@ -252,7 +253,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
                 config.limits.list_work(),
             )),
             otlp_servers: Arc::new(config.otlp.server_names()?),
-        });
+        };
+        grpc_state = Some(state.clone());
+        let (ingest, ingest_doc) = driftline_ingest::router(state);
         app = app.merge(ingest);
         documents.push(ingest_doc);
     }
@@ -280,6 +283,10 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     // The first line on stdout says where to reach the server (tests and scripts read it).
     println!("driftline listening on http://{address}");
     tracing::info!(%address, role = role.name(), bus = ?config.storage.bus, store = ?config.storage.store, "driftline serving");
+    let grpc = match grpc_state {
+        Some(state) => otlp_grpc(&config, state, stop.subscribe()).await?,
+        None => None,
+    };
     if !documents.is_empty() {
         let document = driftline_http::openapi_document(documents);
         // Serialised once: every connection shares these bytes instead of holding a copy of the document.
@@ -323,6 +330,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     .await?;
     // Requests are drained; let the worker finish the batch it holds, then stop.
     let _ = stop.send(true);
+    if let Some(grpc) = grpc {
+        let _ = tokio::time::timeout(Duration::from_secs(10), grpc).await;
+    }
     // Probes close their sessions; a stdio server gets a few seconds to exit before it is killed.
     let _ = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(probes)).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), futures_util::future::join_all(notifiers)).await;
@@ -337,6 +347,39 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     }
     tracing::info!(role = role.name(), "driftline stopped");
     Ok(())
+}
+
+/// OTLP/gRPC beside the HTTP listener (`otlp.grpc_bind`): its address is the second line on stdout. The
+/// default port is taken when free; a configured one must be.
+async fn otlp_grpc(
+    config: &Config,
+    state: IngestState,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    use driftline::config::GrpcListen;
+    let (address, required) = match config.otlp.grpc_listen()? {
+        GrpcListen::Off => return Ok(None),
+        GrpcListen::Default(address) => (address, false),
+        GrpcListen::Required(address) => (address, true),
+    };
+    let listener = match tokio::net::TcpListener::bind(address).await {
+        Ok(listener) => listener,
+        Err(err) if !required => {
+            tracing::warn!(%address, error = %err, "otlp grpc not served: its default port is taken; set otlp.grpc_bind");
+            return Ok(None);
+        }
+        Err(err) => return Err(anyhow::anyhow!("cannot listen on otlp.grpc_bind = {address}: {err}")),
+    };
+    let bound = listener.local_addr()?;
+    println!("otlp grpc listening on {bound}");
+    let shutdown = async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    Ok(Some(tokio::spawn(async move {
+        if let Err(err) = driftline_ingest::grpc::serve(state, listener, shutdown).await {
+            tracing::error!(error = %err, "otlp grpc stopped");
+        }
+    })))
 }
 
 /// Waits for the worker: a stop before shutdown (a panic, or a return) fails readiness and triggers the

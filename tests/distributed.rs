@@ -217,6 +217,104 @@ fn no_argument_value_is_kept(name: &str) {
     );
 }
 
+/// OTLP over gRPC into the split `ingest` stage (Kafka, ClickHouse): tool calls gzip-compressed, each counted
+/// once (a repeated call too), other spans skipped, a bad one refused by count, a wrong key UNAUTHENTICATED.
+#[test]
+fn otlp_over_grpc_reaches_the_split_stages() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+    let dir = temp_dir("split-grpc");
+    let key = "grpc-split-key";
+    let config = dir.join("keys.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[auth.keys]]\nproject = \"default\"\nscopes = [\"ingest\", \"read\"]\nsha256 = \"{}\"\n",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()))
+        ),
+    )
+    .expect("keys");
+    let mut env = environment("split-grpc");
+    env.push(("DRIFTLINE__OTLP__GRPC_BIND".into(), "127.0.0.1:0".into()));
+    let stages = Stages::migrated(env, &dir);
+    let ingest = stages.start_configured("ingest", "ingest", Some(&config));
+    let _detect = stages.start_configured("detect", "detect", Some(&config));
+    let api = stages.start_configured("api", "api", Some(&config));
+    let address = ingest.grpc_address();
+
+    let kv = |key: &str, value: &str| KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.into())) }),
+        ..Default::default()
+    };
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let tool_span = |call: usize, server: &str| Span {
+        trace_id: vec![5; 16],
+        span_id: (call as u64 + 1).to_be_bytes().to_vec(),
+        name: "execute_tool search".into(),
+        start_time_unix_nano: now,
+        end_time_unix_nano: now + 5_000_000,
+        attributes: vec![
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", "search"),
+            kv("gen_ai.tool.call.id", &format!("call-{call}")),
+            kv("mcp.server.name", server),
+            kv("gen_ai.tool.call.result", r#"{"hits": []}"#),
+        ],
+        ..Default::default()
+    };
+    let mut spans: Vec<Span> = (0..20).map(|i| tool_span(i, "grpc-mcp")).collect();
+    // Sent twice, before the last new call: once 20 are counted, the repeat was read and not counted.
+    spans.insert(10, tool_span(3, "grpc-mcp"));
+    spans.push(tool_span(99, "..")); // refused by count
+    spans.push(Span {
+        name: "chat".into(),
+        attributes: vec![kv("gen_ai.operation.name", "chat")],
+        ..Default::default()
+    });
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "grpc-agent")],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+            ..Default::default()
+        }],
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (refused, answer) = runtime.block_on(async {
+        let mut client = TraceServiceClient::connect(format!("http://{address}"))
+            .await
+            .expect("connect")
+            .send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        let mut wrong = tonic::Request::new(request.clone());
+        wrong.metadata_mut().insert("authorization", "Bearer wrong".parse().expect("metadata"));
+        let refused = client.export(wrong).await.expect_err("a wrong key");
+        let mut right = tonic::Request::new(request);
+        right.metadata_mut().insert("authorization", format!("Bearer {key}").parse().expect("metadata"));
+        (refused, client.export(right).await.expect("exported").into_inner())
+    });
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let partial = answer.partial_success.expect("one span refused");
+    assert_eq!(partial.rejected_spans, 1, "{partial:?}");
+    assert!(partial.error_message.contains("invalid server name"), "{partial:?}");
+    let client = api.client(Some(key));
+    client.wait_for("/api/tools", "20 calls over gRPC", |tools| tools[0]["calls"] == 20);
+    let impact = client.get("/api/health/servers/grpc-mcp/drift-impact?tool_name=search").1;
+    assert_eq!(impact["consumers"][0]["agent_name"], "grpc-agent", "{impact}");
+    let metrics = ingest.client(None).get("/metrics").1.as_str().unwrap_or_default().to_owned();
+    assert!(
+        metrics.contains("driftline_ingest_otlp_spans_skipped_total{reason=\"other_gen_ai_operation\"} 1"),
+        "{metrics}"
+    );
+}
+
 /// The probe and notify stages of the split deployment: a stdio MCP server (the official Python SDK) probed
 /// by `driftline probe`, its drift and its DOWN/UP told by `driftline notify` to a webhook, signed.
 #[test]

@@ -3,6 +3,7 @@
 //! A batch is accepted or rejected whole; a rejection names every bad element.
 
 mod events;
+pub mod grpc;
 pub mod list_budget;
 mod metrics;
 pub mod otlp;
@@ -25,6 +26,9 @@ use driftline_schemas::{
 use events::{Emit, Outcome, ShapeRecorded, SpanBatchReceived, ToolListReceived, TracesReceived};
 use list_budget::ListWorkBudget;
 pub use list_budget::ListWorkLimits;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -438,12 +442,10 @@ enum OtlpEncoding {
     Json,
 }
 
-/// The OTLP answer, in the encoding of the request.
-fn otlp_response(encoding: OtlpEncoding, rejected: &[String]) -> Response {
-    use opentelemetry_proto::tonic::collector::trace::v1::{
-        ExportTracePartialSuccess, ExportTraceServiceResponse,
-    };
-    // The first few reasons name the problem; all of them could be as large as the request.
+/// The OTLP answer: partial success naming the first few rejected spans (all of them could be as large as
+/// the request).
+fn otlp_answer(rejected: &[String]) -> ExportTraceServiceResponse {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTracePartialSuccess;
     const SHOWN: usize = 5;
     let partial_success = (!rejected.is_empty()).then(|| {
         let mut error_message = rejected.iter().take(SHOWN).cloned().collect::<Vec<_>>().join("; ");
@@ -452,7 +454,11 @@ fn otlp_response(encoding: OtlpEncoding, rejected: &[String]) -> Response {
         }
         ExportTracePartialSuccess { rejected_spans: rejected.len() as i64, error_message }
     });
-    let response = ExportTraceServiceResponse { partial_success };
+    ExportTraceServiceResponse { partial_success }
+}
+
+/// The OTLP answer, in the encoding of the request.
+fn otlp_response(encoding: OtlpEncoding, response: ExportTraceServiceResponse) -> Response {
     match encoding {
         OtlpEncoding::Protobuf => {
             let body = prost::Message::encode_to_vec(&response);
@@ -510,7 +516,6 @@ async fn traces(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     let content_type =
         headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let media = content_type.split(';').next().map(|m| m.trim().to_ascii_lowercase());
@@ -549,7 +554,17 @@ async fn traces(
         OtlpEncoding::Json => serde_json::from_slice(&bytes)
             .map_err(|err| ApiError::bad_request(format!("not an OTLP ExportTraceServiceRequest: {err}")))?,
     };
-    let mapped = otlp::map_request(&request, &state.otlp_servers);
+    Ok(otlp_response(encoding, export_traces(&state, &who.project, &request).await?))
+}
+
+/// One OTLP trace export, over HTTP or gRPC: its tool calls mapped, checked as `/v1/spans` checks spans,
+/// and put on the bus before the answer (partial success names the spans refused).
+pub(crate) async fn export_traces(
+    state: &IngestState,
+    project: &ProjectName,
+    request: &ExportTraceServiceRequest,
+) -> Result<ExportTraceServiceResponse, ApiError> {
+    let mapped = otlp::map_request(request, &state.otlp_servers);
     // The same limits and checks as /v1/spans.
     if mapped.spans.len() > state.limits.max_spans_per_batch {
         return Err(ApiError::new(
@@ -570,7 +585,7 @@ async fn traces(
             rejected.push(format!("span {id:?}: {reason}"));
             continue;
         }
-        let record = record_from_span(span, &who.project, now);
+        let record = record_from_span(span, project, now);
         count_outcome(span, &record);
         match serde_json::to_vec(&record) {
             Ok(payload) => {
@@ -583,7 +598,7 @@ async fn traces(
     if !messages.is_empty() {
         if let Err(err) = state.producer.publish(messages).await {
             TracesReceived {
-                project: &who.project,
+                project,
                 tool_calls: accepted_count,
                 skipped: &otlp::SkippedSpans::default(),
                 rejected: 0,
@@ -595,14 +610,14 @@ async fn traces(
     }
     let rejected_count = rejected.len() as u64;
     TracesReceived {
-        project: &who.project,
+        project,
         tool_calls: accepted_count,
         skipped: &mapped.skipped,
         rejected: rejected_count,
         unavailable: false,
     }
     .emit();
-    Ok(otlp_response(encoding, &rejected))
+    Ok(otlp_answer(&rejected))
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ pub use kafka::KafkaConfig;
 pub use limits::LimitsConfig;
 pub use log::{LogConfig, LogFormat};
 pub use notify::NotifyConfig;
-pub use otlp::{OtlpConfig, OtlpServer};
+pub use otlp::{GrpcListen, OtlpConfig, OtlpServer};
 pub use probe::ProbeConfig;
 pub use server::ServerConfig;
 pub use storage::{BusKind, StorageConfig, StoreKind};
@@ -158,6 +158,14 @@ impl Config {
                 "server.bind = {bind} is not a loopback address and no API keys are configured: \
                  add [[auth.keys]] (or auth.keys_file) or bind 127.0.0.1"
             );
+        }
+        if let GrpcListen::Required(grpc) = self.otlp.grpc_listen()? {
+            if serves_data && self.auth.keys.is_empty() && !grpc.ip().is_loopback() {
+                invalid!(
+                    "otlp.grpc_bind = {grpc} is not a loopback address and no API keys are configured: \
+                     add [[auth.keys]] (or auth.keys_file) or bind 127.0.0.1"
+                );
+            }
         }
         Ok(())
     }

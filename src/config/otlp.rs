@@ -1,5 +1,7 @@
 //! `[otlp]`: how OTLP trace ingest names servers that client spans know only by their address.
 
+use std::net::SocketAddr;
+
 use driftline_schemas::ServerName;
 use serde::Deserialize;
 
@@ -13,7 +15,24 @@ pub struct OtlpConfig {
     /// (`https://gw.example/mcp`). An address with no entry keeps its own name (`host:port`), which health
     /// lists: map it here to merge it with the server's other names.
     pub servers: Vec<OtlpServer>,
+    /// Where OTLP/gRPC (`TraceService/Export`) listens, in `serve` and the `ingest` stage: unset, the
+    /// exporters' default 127.0.0.1:4317 when it is free (a warning in the log when another process holds
+    /// it); `"off"`, nowhere; an address, there, or the process does not start.
+    pub grpc_bind: Option<String>,
 }
+
+/// Where OTLP/gRPC listens, decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrpcListen {
+    Off,
+    /// The default: served when the port is free.
+    Default(SocketAddr),
+    /// Configured: served, or the process refuses to start.
+    Required(SocketAddr),
+}
+
+/// The OTLP/gRPC port the exporters use by default.
+pub const DEFAULT_GRPC_BIND: &str = "127.0.0.1:4317";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,7 +46,22 @@ pub struct OtlpServer {
 impl OtlpConfig {
     /// Checks the section; the error names the entry and the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.grpc_listen()?;
         self.server_names().map(|_| ())
+    }
+
+    pub fn grpc_listen(&self) -> Result<GrpcListen, ConfigError> {
+        match self.grpc_bind.as_deref().map(str::trim) {
+            None => Ok(GrpcListen::Default(DEFAULT_GRPC_BIND.parse().map_err(|_| {
+                ConfigError::Invalid(format!("otlp.grpc_bind default {DEFAULT_GRPC_BIND} is not an address"))
+            })?)),
+            Some("off") => Ok(GrpcListen::Off),
+            Some(address) => address.parse().map(GrpcListen::Required).map_err(|err| {
+                ConfigError::Invalid(format!(
+                    "otlp.grpc_bind = {address:?} is not an address like 127.0.0.1:4317 (or \"off\"): {err}"
+                ))
+            }),
+        }
     }
 
     /// The table ingest reads.

@@ -259,7 +259,9 @@ def test_the_service_monitor_scrapes_probe_and_notify(tmp_path):
         assert selector.items() <= service["metadata"]["labels"].items()
         assert service["metadata"]["labels"]["app.kubernetes.io/component"] == stage
         assert service["spec"]["selector"]["app.kubernetes.io/component"] == stage
-        assert [p["name"] for p in service["spec"]["ports"]] == [port]
+        # The ingest stage also takes OTLP over gRPC, on the exporters' default port.
+        extra = ["otlp-grpc"] if stage == "ingest" else []
+        assert [p["name"] for p in service["spec"]["ports"]] == [port, *extra]
 
 
 def test_the_rendered_probe_and_notify_configuration_loads_in_driftline(tmp_path):

@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 pub struct Server {
     child: Child,
     pub url: String,
+    /// The lines after the first on stdout (`otlp grpc listening on ADDR`).
+    later_lines: std::sync::mpsc::Receiver<String>,
     pub data_dir: PathBuf,
     /// How it was started, to start it again.
     stage: String,
@@ -58,10 +60,16 @@ impl Server {
         let mut child = command.spawn().expect("start driftline serve");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
+        let (later_tx, later_lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
             let mut first = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut first);
+            let _ = reader.read_line(&mut first);
             let _ = tx.send(first);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                let _ = later_tx.send(std::mem::take(&mut line));
+            }
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
             let _ = child.kill();
@@ -75,12 +83,25 @@ impl Server {
         });
         Server {
             url: url.to_owned(),
+            later_lines,
             child,
             data_dir: data_dir.to_owned(),
             stage: stage.to_owned(),
             config: config.map(Path::to_owned),
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         }
+    }
+
+    /// The OTLP/gRPC address the process printed (started with `DRIFTLINE__OTLP__GRPC_BIND`), waited for.
+    pub fn grpc_address(&self) -> String {
+        let line = self
+            .later_lines
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("driftline {} printed no otlp grpc address within 10 s", self.stage));
+        line.trim()
+            .strip_prefix("otlp grpc listening on ")
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+            .to_owned()
     }
 
     /// kill -9, then the same command again on the same data (at a new port).
