@@ -313,6 +313,46 @@ fn otlp_over_grpc_reaches_the_split_stages() {
         metrics.contains("driftline_ingest_otlp_spans_skipped_total{reason=\"other_gen_ai_operation\"} 1"),
         "{metrics}"
     );
+
+    // The official Python SDK's gRPC exporter, and an agent under `opentelemetry-instrument` with the distro's
+    // defaults (OTLP over gRPC; only the endpoint and the key's header set), into the same ingest stage.
+    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/otlp_grpc_agent.py");
+    let python = support::python();
+    let endpoint = format!("http://{address}");
+    let sdk = std::process::Command::new(&python)
+        .arg(&agent)
+        .args(["--endpoint", &endpoint, "--key", key, "--agent", "sdk-agent", "--server", "py-mcp"])
+        .args(["--tool", "lookup", "--calls", "7"])
+        .output()
+        .expect("python");
+    assert!(sdk.status.success(), "{}", String::from_utf8_lossy(&sdk.stderr));
+    let instrument = python.with_file_name("opentelemetry-instrument");
+    let instrumented = std::process::Command::new(&instrument)
+        .arg(&python)
+        .arg(&agent)
+        .args(["--server", "py-mcp", "--tool", "fetch", "--calls", "4"])
+        .env_remove("OTEL_TRACES_EXPORTER")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env("OTEL_SERVICE_NAME", "instrumented-agent")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_EXPORTER_OTLP_HEADERS", format!("authorization=Bearer%20{key}"))
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_LOGS_EXPORTER", "none")
+        .output()
+        .expect("opentelemetry-instrument");
+    assert!(instrumented.status.success(), "{}", String::from_utf8_lossy(&instrumented.stderr));
+    let calls_of = |tools: &serde_json::Value, tool: &str| {
+        tools.as_array().and_then(|t| t.iter().find(|t| t["tool"] == tool)).and_then(|t| t["calls"].as_u64())
+    };
+    client.wait_for("/api/tools", "7 SDK calls and 4 instrumented ones", |tools| {
+        calls_of(tools, "lookup") == Some(7) && calls_of(tools, "fetch") == Some(4)
+    });
+    let agents = |tool: &str| {
+        let impact = client.get(&format!("/api/health/servers/py-mcp/drift-impact?tool_name={tool}")).1;
+        impact["consumers"].as_array().map(|c| c.iter().map(|c| c["agent_name"].clone()).collect::<Vec<_>>())
+    };
+    assert_eq!(agents("lookup"), Some(vec![serde_json::json!("sdk-agent")]));
+    assert_eq!(agents("fetch"), Some(vec![serde_json::json!("instrumented-agent")]));
 }
 
 /// The probe and notify stages of the split deployment: a stdio MCP server (the official Python SDK) probed

@@ -11,8 +11,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::{Args, ValueEnum};
 use driftline_probe::{ProbeError, ProbeTarget, TransportKind};
 
-use super::client::Unreachable;
-use super::EXIT_OK;
+use super::{Unreachable, EXIT_OK};
 
 #[derive(Debug, Args)]
 pub struct CaptureArgs {

@@ -20,7 +20,7 @@ use driftline_schemas::{
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Format, EXIT_DRIFT, EXIT_OK};
+use super::{Format, Unreachable, EXIT_DRIFT, EXIT_OK};
 
 pub const EXIT_UNREACHABLE: u8 = 3;
 
@@ -38,11 +38,6 @@ pub struct Connection {
     #[arg(long, value_enum, default_value_t, global = true)]
     pub format: Format,
 }
-
-/// A failure that is the server's, not the user's: exit 3.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Unreachable(pub String);
 
 pub struct Api {
     connection: Connection,

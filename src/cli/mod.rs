@@ -362,9 +362,15 @@ fn init_logging(log: &driftline::config::LogConfig) {
     };
 }
 
+/// A failure that is the server's, not the user's (a driftline or an MCP server that cannot be reached, or
+/// answers with an error): exit 3.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreachable(pub String);
+
 /// Usage and input errors exit 2; a server that cannot be reached or answers with an error exits 3.
 pub fn exit_code_of(err: &anyhow::Error) -> u8 {
-    if err.downcast_ref::<client::Unreachable>().is_some() {
+    if err.downcast_ref::<Unreachable>().is_some() {
         client::EXIT_UNREACHABLE
     } else {
         EXIT_USAGE
