@@ -17,7 +17,13 @@ fuzz_target!(|data: &[u8]| {
         serde_json::from_slice::<ExportTraceServiceRequest>(body).ok()
     };
     let Some(request) = request else { return };
-    let mapped = otlp::map_request(&request);
+    // An `otlp.servers` table, so that names by address and by URL prefix are taken too.
+    let Ok(mapped_name) = driftline_schemas::ServerName::parse("mapped".to_owned()) else { return };
+    let names = otlp::ServerNames::new(vec![
+        ("tools.internal:8080".to_owned(), mapped_name.clone()),
+        ("https://gw.example/mcp".to_owned(), mapped_name),
+    ]);
+    let mapped = otlp::map_request(&request, &names);
     for span in &mapped.spans {
         if span.check().is_ok() {
             let record = record_from_span(span, &ProjectName::default_project(), span.started_at);

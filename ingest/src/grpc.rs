@@ -68,7 +68,15 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let address: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(address = ?address, "otlp grpc listening");
+    // As the HTTP listener guards against slow and greedy clients: a request (its message read, checked and
+    // put on the bus) has 30 s; a connection carries at most 16 requests at once and 64 streams; a peer that
+    // stops answering keepalive pings is dropped.
     tonic::transport::Server::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .concurrency_limit_per_connection(16)
+        .max_concurrent_streams(Some(64))
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
         .add_service(service(state))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
         .await
