@@ -287,7 +287,32 @@ fn otlp_over_grpc_reaches_the_split_stages() {
             ..Default::default()
         }],
     };
+    // A message over limits.max_body_bytes (5 MiB) once decompressed, though its gzip is a few KiB.
+    let mut bomb = tool_span(500, "grpc-mcp");
+    bomb.attributes = vec![
+        kv("gen_ai.operation.name", "execute_tool"),
+        kv("gen_ai.tool.name", "bomb"),
+        kv("mcp.server.name", "grpc-mcp"),
+        kv("gen_ai.tool.call.result", &"a".repeat(6 << 20)),
+    ];
+    let bomb = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans { spans: vec![bomb], ..Default::default() }],
+            ..Default::default()
+        }],
+    };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let too_large = runtime.block_on(async {
+        let mut client = TraceServiceClient::connect(format!("http://{address}"))
+            .await
+            .expect("connect")
+            .send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        let mut request = tonic::Request::new(bomb);
+        request.metadata_mut().insert("authorization", format!("Bearer {key}").parse().expect("metadata"));
+        client.export(request).await.expect_err("a message over the limit")
+    });
+    assert_eq!(too_large.code(), tonic::Code::ResourceExhausted, "{too_large:?}");
+    assert!(too_large.message().contains("size limit"), "{too_large:?}");
     let (refused, answer) = runtime.block_on(async {
         let mut client = TraceServiceClient::connect(format!("http://{address}"))
             .await
@@ -306,6 +331,8 @@ fn otlp_over_grpc_reaches_the_split_stages() {
     assert!(partial.error_message.contains("invalid server name"), "{partial:?}");
     let client = api.client(Some(key));
     client.wait_for("/api/tools", "20 calls over gRPC", |tools| tools[0]["calls"] == 20);
+    let tools = client.get("/api/tools").1;
+    assert_eq!(tools.as_array().map(Vec::len), Some(1), "nothing of the refused message: {tools}");
     let impact = client.get("/api/health/servers/grpc-mcp/drift-impact?tool_name=search").1;
     assert_eq!(impact["consumers"][0]["agent_name"], "grpc-agent", "{impact}");
     let metrics = ingest.client(None).get("/metrics").1.as_str().unwrap_or_default().to_owned();

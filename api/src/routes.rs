@@ -14,7 +14,7 @@ use driftline_schemas::api::{
     AcceptResult, DeadLetterCount, DriftImpact, ErrorBody, RecentCall, ReturnValueStats, ServerHealth,
     ShapeDriftList, ThresholdsView, ToolSchema, ToolShape, ToolSummary,
 };
-use driftline_schemas::{DetectorThresholds, OperatorCommand};
+use driftline_schemas::{DetectorThresholds, OperatorCommand, ServerName, ToolName};
 #[allow(unused_imports)] // named in the OpenAPI annotations
 use driftline_schemas::{SchemaDriftEvent, ServerSurfaces};
 use driftline_store::ImpactQuery;
@@ -102,14 +102,26 @@ pub(crate) async fn drift_impact(
     let params = Params(params);
     let tool = tool_name(params.required("tool_name")?)?;
     let hours = params.int("hours", 24, 1, 720)?;
+    impact(&state, &who, &name, &tool, hours, None).await
+}
+
+/// The impact of a tool's drift on its callers, against its current input schema or a candidate's.
+async fn impact(
+    state: &ApiState,
+    who: &Reader,
+    server: &ServerName,
+    tool: &ToolName,
+    hours: u32,
+    input_schema: Option<&Value>,
+) -> Answer {
     let query = ImpactQuery {
         project: &who.project,
-        server: &name,
-        tool: &tool,
+        server,
+        tool,
         hours,
         now: (state.clock)(),
         high_risk_sessions: state.high_risk_sessions,
-        input_schema: None,
+        input_schema,
     };
     ok(state.store.drift_impact(query).await.map_err(ApiError::store_unavailable)?)
 }
@@ -145,16 +157,7 @@ pub(crate) async fn drift_impact_check(
     if !(1..=720).contains(&hours) {
         return Err(ApiError::bad_request(format!("hours = {hours} must be in [1, 720]")));
     }
-    let query = ImpactQuery {
-        project: &who.project,
-        server: &name,
-        tool: &tool,
-        hours,
-        now: (state.clock)(),
-        high_risk_sessions: state.high_risk_sessions,
-        input_schema: Some(&check.input_schema),
-    };
-    ok(state.store.drift_impact(query).await.map_err(ApiError::store_unavailable)?)
+    impact(&state, &who, &name, &tool, hours, Some(&check.input_schema)).await
 }
 
 /// Publishes a command and waits (briefly) for a worker to apply it: 200 with its result, or 202.

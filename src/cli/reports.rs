@@ -8,6 +8,7 @@ use driftline_detectors::tool_drift::consequence;
 use driftline_schemas::{Classification, SchemaChange, Severity};
 use serde_json::{json, Value};
 
+use super::client::query_value;
 use super::ignore::{IgnoreEntry, IgnoredChange};
 
 /// A file the report points into: its path as given and its text (for line numbers).
@@ -218,15 +219,7 @@ pub fn sarif(report: &Report<'_>) -> Value {
 /// repository), with `/` separators.
 fn uri(path: &str) -> String {
     let path = path.replace('\\', "/");
-    let encoded: String = path
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let encoded = path.split('/').map(query_value).collect::<Vec<_>>().join("/");
     if path.starts_with('/') {
         format!("file://{encoded}")
     } else {
