@@ -20,7 +20,7 @@ use driftline_schemas::{
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Format, Unreachable, EXIT_DRIFT, EXIT_OK};
+use super::{query_value, Format, Unreachable, EXIT_DRIFT, EXIT_OK};
 
 pub const EXIT_UNREACHABLE: u8 = 3;
 
@@ -342,16 +342,6 @@ fn impact_lines(impact: &DriftImpact) -> Vec<String> {
 /// What the tool's current input schema says of an agent's real calls, in words (shared with notifications).
 pub fn real_calls(consumer: &driftline_schemas::api::ToolConsumer) -> String {
     consumer.real_calls()
-}
-
-/// A query-string value as a URL carries it: tool names come from servers and may hold `&`, `#` or spaces.
-pub fn query_value(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The documented consumer-impact report: which agents call a tool, and what to do about its open drift.

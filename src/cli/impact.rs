@@ -38,7 +38,7 @@ pub fn run(args: ImpactArgs) -> anyhow::Result<ExitCode> {
     let api = Api::new(args.connection);
     let (server, hours) = (args.server.as_str(), args.hours);
     let candidate = super::diff::load_tools(&args.list)?.values();
-    let current: Vec<ToolSchema> = api.get(&format!("/api/servers/{}/tools", client::query_value(server)))?;
+    let current: Vec<ToolSchema> = api.get(&format!("/api/servers/{}/tools", super::query_value(server)))?;
     let mut tools = Vec::new();
     let mut named = std::collections::BTreeSet::new();
     for tool in &candidate {
@@ -46,7 +46,7 @@ pub fn run(args: ImpactArgs) -> anyhow::Result<ExitCode> {
         named.insert(name.to_owned());
         let schema = tool.get("inputSchema").cloned().unwrap_or_else(|| json!({}));
         let body = json!({"tool_name": name, "input_schema": schema, "hours": hours});
-        let path = format!("/api/health/servers/{}/drift-impact", client::query_value(server));
+        let path = format!("/api/health/servers/{}/drift-impact", super::query_value(server));
         let (_, answer) = api.send("POST", &path, &body)?;
         let impact: DriftImpact = serde_json::from_value(answer)?;
         let rejected =
@@ -61,8 +61,8 @@ pub fn run(args: ImpactArgs) -> anyhow::Result<ExitCode> {
     for dropped in current.iter().filter(|tool| !named.contains(&tool.tool_name)) {
         let impact: DriftImpact = api.get(&format!(
             "/api/health/servers/{}/drift-impact?tool_name={}&hours={hours}",
-            client::query_value(server),
-            client::query_value(&dropped.tool_name)
+            super::query_value(server),
+            super::query_value(&dropped.tool_name)
         ))?;
         let rejected = impact.consumers.iter().map(|c| c.call_count).sum();
         tools.push(ToolImpact {

@@ -362,6 +362,17 @@ fn init_logging(log: &driftline::config::LogConfig) {
     };
 }
 
+/// A query-string value or path segment as a URL carries it: tool names come from servers and may hold `&`,
+/// `#`, `/` or spaces.
+pub fn query_value(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// A failure that is the server's, not the user's (a driftline or an MCP server that cannot be reached, or
 /// answers with an error): exit 3.
 #[derive(Debug, thiserror::Error)]

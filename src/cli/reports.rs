@@ -8,8 +8,8 @@ use driftline_detectors::tool_drift::consequence;
 use driftline_schemas::{Classification, SchemaChange, Severity};
 use serde_json::{json, Value};
 
-use super::client::query_value;
 use super::ignore::{IgnoreEntry, IgnoredChange};
+use super::query_value;
 
 /// A file the report points into: its path as given and its text (for line numbers).
 pub struct Source<'a> {
