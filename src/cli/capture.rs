@@ -44,7 +44,7 @@ enum HttpTransport {
     Sse,
 }
 
-fn pairs(values: &[String], flag: &str) -> anyhow::Result<BTreeMap<String, String>> {
+pub(super) fn pairs(values: &[String], flag: &str) -> anyhow::Result<BTreeMap<String, String>> {
     values
         .iter()
         .map(|pair| match pair.split_once('=') {

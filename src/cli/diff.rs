@@ -40,32 +40,39 @@ pub struct DiffArgs {
     /// With --url: seconds to connect, and then to read every page of the lists.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout: u64,
+    #[command(flatten)]
+    pub report: ReportArgs,
+}
+
+/// How a diff is reported and judged: shared by `diff` and `upstream check`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
     /// text, json, or for CI: sarif (SARIF 2.1.0 for code scanning), github (workflow-command annotations),
     /// markdown (a pull-request comment, worst changes first).
     #[arg(long, value_enum, default_value_t)]
-    format: DiffFormat,
+    pub format: DiffFormat,
     /// Changes accepted on purpose: a TOML file of `[[ignore]]` entries (`tool`, `change`, `path`, `server`,
     /// a `reason`, an optional `expires` day). Ignored changes are reported as ignored; an expired entry
     /// suppresses nothing and is a warning.
     #[arg(long, value_name = "FILE")]
-    ignore: Option<PathBuf>,
+    pub ignore: Option<PathBuf>,
     /// The server the lists are of, for ignore entries that name one.
     #[arg(long)]
-    server: Option<String>,
+    pub server: Option<String>,
     /// Exit 1 when a change at or above this classification exists (otherwise the exit code is 0).
     #[arg(long, value_enum)]
-    fail_on: Option<FailOn>,
+    pub fail_on: Option<FailOn>,
     /// A new list (tools and instructions) costing a model's context more than this many tokens beyond
     /// the old one is a WARNING change, `context_cost_grew` (as the project setting of that name). 0: off.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000_000))]
-    context_growth_tokens: u32,
+    pub context_growth_tokens: u32,
     /// The same, in percent of the old list's tokens. 0: off.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
-    context_growth_percent: u32,
+    pub context_growth_percent: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-enum DiffFormat {
+pub enum DiffFormat {
     #[default]
     Text,
     Json,
@@ -75,7 +82,7 @@ enum DiffFormat {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum FailOn {
+pub enum FailOn {
     Breaking,
     Warning,
     Compatible,
@@ -117,7 +124,6 @@ struct CostChange {
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
-    let entries = args.ignore.as_deref().map(ignore::load).transpose()?.unwrap_or_default();
     let old_text = read_input(Some(&args.old))?;
     let old_path = args.old.display().to_string();
     // The new list: a file, or captured from a live server (kept in --out when given).
@@ -136,6 +142,19 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         }
         (None, None) => return Err(anyhow!("give the new list's file, or --url URL")),
     };
+    report(Input { text: old_text, path: old_path }, Input { text: new_text, path: new_path }, &args.report)
+}
+
+/// A list to compare: its bytes, and how reports name it (a file's path, or an address).
+pub struct Input {
+    pub text: Vec<u8>,
+    pub path: String,
+}
+
+/// Compares two lists, prints the report `args` ask for, and answers the exit code `--fail-on` gives.
+pub fn report(old: Input, new: Input, args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    let entries = args.ignore.as_deref().map(ignore::load).transpose()?.unwrap_or_default();
+    let (Input { text: old_text, path: old_path }, Input { text: new_text, path: new_path }) = (old, new);
     let ((old, old_surfaces), (new, new_surfaces)) =
         (server_from(&old_text, &old_path)?, server_from(&new_text, &new_path)?);
     // A file of tools only says nothing of the rest: the other file's surfaces stand for it.

@@ -11,6 +11,7 @@ mod impact;
 mod replay;
 mod reports;
 mod shape;
+mod upstream;
 
 use std::io::Read;
 use std::path::Path;
@@ -57,6 +58,12 @@ enum Command {
     Notify(ServeArgs),
     /// Print an MCP server's complete tools/list as a JSON tools array (for CI: capture, then `diff`).
     Capture(capture::CaptureArgs),
+    /// A watched server's releases on npm and PyPI, installed and captured in a sandbox before your agents
+    /// run them.
+    Upstream {
+        #[command(subcommand)]
+        command: upstream::UpstreamCommand,
+    },
     /// Check a configuration (file, then DRIFTLINE__… environment) for a stage without starting it.
     CheckConfig {
         #[arg(long)]
@@ -251,6 +258,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probe(args) => serve(args, Role::Probe),
         Command::Notify(args) => serve(args, Role::Notify),
         Command::Capture(args) => capture::run(args),
+        Command::Upstream { command } => upstream::run(command),
         Command::CheckConfig { config, stage } => {
             let config = driftline::config::Config::load(config.as_deref())?;
             let role = match stage.as_str() {

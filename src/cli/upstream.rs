@@ -1,0 +1,222 @@
+//! `driftline upstream check npm:@scope/name@VERSION --against LIST.json`: a release installed and started in
+//! a sandbox, its lists captured and diffed against what you run, without the service (for CI). Exit 1 on a
+//! change at or above `--fail-on` (BREAKING by default), 0 otherwise, 3 when it could not be installed or
+//! captured (or no sandbox could be made: nothing runs unsandboxed).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use clap::{Args, Subcommand};
+use driftline_schemas::api::ToolSchema;
+use driftline_upstream::{
+    Follow, Launch, PackageSpec, Registries, Upstream, UpstreamError, UpstreamSettings,
+};
+use serde_json::{json, Value};
+
+use super::diff::{self, FailOn, Input, ReportArgs};
+use super::Unreachable;
+
+#[derive(Debug, Subcommand)]
+pub enum UpstreamCommand {
+    /// Install one release in a sandbox, capture its lists, and diff them against a list file or a server
+    /// driftline watches (exit 1 on BREAKING, 0 otherwise, 3 when it could not install or capture).
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The release: npm:NAME, npm:@SCOPE/NAME or pypi:NAME, with @VERSION (or ==VERSION for PyPI);
+    /// without one, the newest release on the registry.
+    package: String,
+    /// What you run now: a list file (`driftline capture`'s output), or with --url the name of a server
+    /// driftline watches (compared on what driftline's API serves of its tools: names, descriptions, input
+    /// schemas).
+    #[arg(long)]
+    against: String,
+    /// driftline's address, when --against names a server.
+    #[arg(long)]
+    url: Option<String>,
+    /// API key for --url (sent as `Authorization: Bearer …`).
+    #[arg(long, env = "DRIFTLINE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// An environment variable for the server, as NAME=VALUE; repeat for more.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Also write the captured list to FILE.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// npm's registry.
+    #[arg(long, env = "DRIFTLINE_NPM_REGISTRY", default_value = "https://registry.npmjs.org/")]
+    npm_registry: String,
+    /// PyPI's base address (`BASE/simple/` is its index, `BASE/pypi/NAME/json` its metadata).
+    #[arg(long, env = "DRIFTLINE_PYPI_URL", default_value = "https://pypi.org/")]
+    pypi_url: String,
+    /// Where releases are installed (kept between runs); default: ~/.cache/driftline/upstream.
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// The host's Python, which makes a PyPI release's virtualenv.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// Seconds to install the release.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    install_timeout: u64,
+    /// Seconds to start the server and read every list.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: u64,
+    /// Address space of each sandboxed process, in MiB.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=1_048_576))]
+    memory_mb: u64,
+    #[command(flatten)]
+    report: ReportArgs,
+    /// The command that starts the release's server, after `--` (a bare name is looked up among the
+    /// package's programs first); default: the package's own program.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+pub fn run(command: UpstreamCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        UpstreamCommand::Check(args) => check(args),
+    }
+}
+
+/// The default cache: `$XDG_CACHE_HOME/driftline/upstream`, else `~/.cache/driftline/upstream`.
+fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("driftline").join("upstream")
+}
+
+fn with_slash(url: &str) -> String {
+    if url.ends_with('/') {
+        url.to_owned()
+    } else {
+        format!("{url}/")
+    }
+}
+
+fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    // The server's own stderr (why it did not start) reaches the user through the prober's log.
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,driftline_probe=info".to_owned());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .try_init();
+    let spec: PackageSpec = args.package.parse()?;
+    let launch = Launch { command: args.command.clone(), env: super::capture::pairs(&args.env, "--env")? };
+    // What it is compared against is read first: a wrong path is a usage error, before any install.
+    let against = match &args.url {
+        None => {
+            let path = PathBuf::from(&args.against);
+            Input { text: super::read_input(Some(&path))?, path: args.against.clone() }
+        }
+        Some(url) => server_list(url, args.api_key.clone(), &args.against)?,
+    };
+    let settings = UpstreamSettings {
+        cache_dir: args.cache_dir.clone().unwrap_or_else(default_cache_dir),
+        registries: Registries { npm: with_slash(&args.npm_registry), pypi: with_slash(&args.pypi_url) },
+        python: args.python.clone(),
+        install_timeout: Duration::from_secs(args.install_timeout),
+        capture_timeout: Duration::from_secs(args.timeout),
+        limits: driftline_upstream::Limits { memory_bytes: args.memory_mb << 20, ..Default::default() },
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let captured = runtime.block_on(async {
+        let upstream = Upstream::new(settings).await?;
+        let release = upstream.resolve(&spec, &Follow::default()).await?;
+        eprintln!("installing {} in the sandbox", spec.package.pinned(&release.version));
+        upstream.capture(&spec.package, &release.version, &launch).await
+    });
+    runtime.shutdown_timeout(Duration::from_secs(3));
+    let captured = captured.map_err(|err| match err {
+        // A name the registry does not have is still the registry's answer, as a server's error is.
+        err @ (UpstreamError::Sandbox(_)
+        | UpstreamError::Registry(_)
+        | UpstreamError::NotFound(_)
+        | UpstreamError::NoRelease(_)
+        | UpstreamError::Install(_)
+        | UpstreamError::Capture(_)
+        | UpstreamError::Setup(_)) => anyhow!(Unreachable(err.to_string())),
+    })?;
+    let pinned = captured.installed.package.pinned(&captured.installed.version);
+    eprintln!("captured {} tools of {pinned} in {:.1} s", captured.tools.len(), captured.seconds);
+    let mut list = if driftline_detectors::tool_drift::surfaces_empty(Some(&captured.surfaces)) {
+        json!(captured.tools)
+    } else {
+        let mut object = serde_json::to_value(&captured.surfaces)?;
+        object["tools"] = Value::Array(captured.tools);
+        object
+    };
+    if let Some(path) = &args.out {
+        let mut text = serde_json::to_string_pretty(&list)?;
+        text.push('\n');
+        std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if args.url.is_some() {
+        list = comparable(list);
+    }
+    let new = Input { text: serde_json::to_vec_pretty(&list)?, path: pinned };
+    let mut report = args.report;
+    report.fail_on = Some(report.fail_on.unwrap_or(FailOn::Breaking));
+    diff::report(against, new, &report)
+}
+
+/// A watched server's tools as driftline's API serves them (name, description, input schema), with the
+/// instructions, prompts and resources of its newest capture.
+fn server_list(url: &str, api_key: Option<String>, server: &str) -> anyhow::Result<Input> {
+    let api = super::client::Api::new(super::client::Connection {
+        url: url.to_owned(),
+        ingest_url: None,
+        api_key,
+        format: super::Format::Json,
+    });
+    let name = super::query_value(server);
+    let tools: Vec<ToolSchema> = api.get(&format!("/api/servers/{name}/tools"))?;
+    if tools.is_empty() {
+        return Err(anyhow!(Unreachable(format!(
+            "driftline at {url} has no tool list of server {server:?}"
+        ))));
+    }
+    let surfaces: Value = api.get(&format!("/api/servers/{name}/surfaces"))?;
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .map(|tool| {
+            let mut entry = json!({"name": tool.tool_name, "inputSchema": tool.input_schema});
+            if let Some(description) = tool.description {
+                entry["description"] = Value::String(description);
+            }
+            entry
+        })
+        .collect();
+    let mut list = surfaces;
+    if !list.is_object() {
+        list = json!({});
+    }
+    list["tools"] = Value::Array(tools);
+    Ok(Input { text: serde_json::to_vec_pretty(&list)?, path: format!("{url} server {server}") })
+}
+
+/// The captured list cut to what the API serves of a server's tools, so a field it does not serve is not
+/// reported as changed.
+fn comparable(mut list: Value) -> Value {
+    let tools = match &mut list {
+        Value::Array(tools) => tools,
+        Value::Object(object) => match object.get_mut("tools") {
+            Some(Value::Array(tools)) => tools,
+            _ => return list,
+        },
+        _ => return list,
+    };
+    for tool in tools.iter_mut() {
+        if let Value::Object(fields) = tool {
+            fields.retain(|key, _| matches!(key.as_str(), "name" | "description" | "inputSchema"));
+        }
+    }
+    list
+}
