@@ -33,6 +33,7 @@ pub enum Role {
     Api,
     Probe,
     Notify,
+    Upstream,
 }
 
 impl Role {
@@ -44,6 +45,7 @@ impl Role {
             Role::Api => "api",
             Role::Probe => "probe",
             Role::Notify => "notify",
+            Role::Upstream => "upstream",
         }
     }
 
@@ -51,9 +53,13 @@ impl Role {
         matches!(self, Role::All | Role::Probe)
     }
 
-    /// Detectors, probers and notifiers serve only health and metrics.
+    /// Detectors, probers, notifiers and the upstream watcher serve only health and metrics.
     fn serves_data(self) -> bool {
-        !matches!(self, Role::Detect | Role::Probe | Role::Notify)
+        !matches!(self, Role::Detect | Role::Probe | Role::Notify | Role::Upstream)
+    }
+
+    fn watches_upstream(self) -> bool {
+        matches!(self, Role::All | Role::Upstream)
     }
 
     fn notifies(self) -> bool {
@@ -153,8 +159,11 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         forget_unseen_tools_after: Duration::from_secs(config.detector.forget_unseen_tools_after_seconds),
         max_batch_time: Duration::from_millis(config.detector.max_batch_millis),
     };
-    let store =
-        if matches!(role, Role::Ingest | Role::Probe) { None } else { Some(open_store(&config).await?) };
+    let store = if matches!(role, Role::Ingest | Role::Probe | Role::Upstream) {
+        None
+    } else {
+        Some(open_store(&config).await?)
+    };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut notifiers = Vec::new();
     if let (true, Some(store)) = (role.notifies(), &store) {
@@ -236,6 +245,20 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             producer.clone(),
             stop.subscribe(),
         );
+    }
+    if role == Role::Upstream && config.upstream.is_empty() {
+        tracing::warn!("no [[upstream]] packages configured: the upstream stage has nothing to watch");
+    }
+    let mut watcher = None;
+    if role.watches_upstream() && !config.upstream.is_empty() {
+        let (settings, watched) =
+            config.upstream_watcher.watch(&config.upstream, &config.storage.data_dir)?;
+        watcher = Some(tokio::spawn(driftline_upstream::watch::run(
+            settings,
+            watched,
+            producer.clone(),
+            stop.subscribe(),
+        )));
     }
     let mut grpc_state = None;
     if role.ingests() {
@@ -336,6 +359,10 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     // Probes close their sessions; a stdio server gets a few seconds to exit before it is killed.
     let _ = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(probes)).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), futures_util::future::join_all(notifiers)).await;
+    if let Some(watcher) = watcher {
+        // A capture in flight is dropped: its sandbox dies with it, and the release is captured again.
+        let _ = tokio::time::timeout(Duration::from_secs(5), watcher).await;
+    }
     if let Some(supervisor) = supervisor {
         let _ = supervisor.await;
     }

@@ -4,6 +4,7 @@
 mod dashboard;
 mod routes;
 mod timeline;
+mod upstream;
 
 use std::sync::Arc;
 
@@ -53,6 +54,8 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(routes::drift_accept))
         .routes(routes!(routes::server_tools))
         .routes(routes!(routes::server_surfaces))
+        .routes(routes!(upstream::upcoming))
+        .routes(routes!(upstream::server_upcoming))
         .routes(routes!(routes::tools))
         .routes(routes!(routes::tool_shape))
         .routes(routes!(routes::tool_calls))

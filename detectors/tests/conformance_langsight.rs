@@ -102,6 +102,7 @@ fn snapshot(tools: Vec<Value>) -> ToolListSnapshot {
         latency_ms: None,
         tools,
         surfaces: None,
+        release: None,
     }
 }
 

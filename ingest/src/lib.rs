@@ -423,6 +423,7 @@ async fn accept_tool_list(
         latency_ms: None,
         tools,
         surfaces,
+        release: None,
     };
     let payload = serde_json::to_vec(&snapshot).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let count = snapshot.tools.len();

@@ -18,7 +18,8 @@ pub(crate) async fn affected_agents(
     notification: &Notification,
     now: Timestamp,
 ) -> Vec<String> {
-    if notification.kind != NotificationKind::Drift {
+    let upcoming = notification.kind == NotificationKind::Upcoming;
+    if notification.kind != NotificationKind::Drift && !upcoming {
         return Vec::new();
     }
     let mut tools: Vec<&str> = Vec::new();
@@ -50,9 +51,12 @@ pub(crate) async fn affected_agents(
         };
         for consumer in &impact.consumers {
             let calls = consumer.call_count;
+            // An upcoming release's schemas are not the tool's yet: its callers are counted, not checked.
             let line = match consumer.arguments {
-                Some(_) => format!("{tool}: {} — {}", consumer.agent_name, consumer.real_calls()),
-                None => format!("{tool}: {} — {calls} calls in {HOURS}h", consumer.agent_name),
+                Some(_) if !upcoming => {
+                    format!("{tool}: {} — {}", consumer.agent_name, consumer.real_calls())
+                }
+                _ => format!("{tool}: {} — {calls} calls in {HOURS}h", consumer.agent_name),
             };
             lines.push(line);
         }

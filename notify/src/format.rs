@@ -15,6 +15,7 @@ pub fn dashboard_url(public_url: Option<&str>, notification: &Notification) -> O
         (NotificationKind::DeclaredOutputMismatch, Some(tool)) => {
             format!("{base}/#/servers/{server}/timeline/{}", percent_encode(tool))
         }
+        (NotificationKind::Upcoming, _) => format!("{base}/#/upcoming/{server}"),
         _ => format!("{base}/#/servers/{server}/drift"),
     })
 }
@@ -70,6 +71,24 @@ fn headline(notification: &Notification) -> String {
             let tool = escape(notification.tool.as_deref().unwrap_or("?"), 100);
             format!("BREAKING: {tool} on {server} returns what its declared output schema does not allow")
         }
+        NotificationKind::Upcoming => {
+            let release = escape(notification.release.as_deref().unwrap_or("the next release"), 160);
+            let worst = notification.classification.map_or("CHANGE", |c| c.as_str());
+            let worst_class = notification.classification;
+            let mut tools: Vec<&str> = notification
+                .top_changes
+                .iter()
+                .filter(|change| Some(change.classification) == worst_class && !change.tool_name.is_empty())
+                .map(|change| change.tool_name.as_str())
+                .collect();
+            tools.sort_unstable();
+            tools.dedup();
+            match tools.len() {
+                0 => format!("{release} would {worst} {server}"),
+                1 => format!("{release} would {worst} 1 tool of {server}"),
+                n => format!("{release} would {worst} {n} tools of {server}"),
+            }
+        }
     }
 }
 
@@ -80,7 +99,7 @@ pub fn slack_body(notification: &Notification, public_url: Option<&str>) -> Valu
         json!({"type": "mrkdwn", "text": format!("*Server*\n{}", escape(&notification.server_name, 100))}),
         json!({"type": "mrkdwn", "text": format!("*Project*\n{}", escape(&notification.project, 100))}),
     ];
-    if notification.kind == NotificationKind::Drift {
+    if matches!(notification.kind, NotificationKind::Drift | NotificationKind::Upcoming) {
         let c = notification.counts;
         fields.push(json!({"type": "mrkdwn", "text": format!("*Worst*\n{}",
             notification.classification.map_or("none", |c| c.as_str()))}));

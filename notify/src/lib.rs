@@ -120,9 +120,9 @@ impl Webhook {
     fn wants(&self, notification: &Notification) -> bool {
         let project = self.projects.is_empty() || self.projects.iter().any(|p| notification.project == *p);
         let level = match notification.kind {
-            NotificationKind::Drift | NotificationKind::DeclaredOutputMismatch => {
-                self.min_classification.admits(notification.classification)
-            }
+            NotificationKind::Drift
+            | NotificationKind::DeclaredOutputMismatch
+            | NotificationKind::Upcoming => self.min_classification.admits(notification.classification),
             NotificationKind::Down | NotificationKind::Up => true,
         };
         project && level

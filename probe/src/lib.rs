@@ -433,6 +433,7 @@ pub async fn run(
                     latency_ms: Some(latency_ms),
                     tools,
                     surfaces: Some(surfaces),
+                    release: None,
                 };
                 publish(producer.as_ref(), key.clone(), serde_json::to_vec(&snapshot)).await;
             }

@@ -22,6 +22,8 @@ pub enum OutputKind {
     Transition,
     /// A tool's returns stopped meeting its declared output schema (a shape signal of its own kind).
     DeclaredOutputMismatch,
+    /// A release not yet running, captured in a sandbox and diffed against the server's baseline.
+    UpcomingRelease,
 }
 
 impl OutputKind {
@@ -33,6 +35,7 @@ impl OutputKind {
             OutputKind::ToolCall => "call",
             OutputKind::Transition => "transition",
             OutputKind::DeclaredOutputMismatch => "mismatch",
+            OutputKind::UpcomingRelease => "upcoming",
         }
     }
 }

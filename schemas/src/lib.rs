@@ -20,6 +20,7 @@ mod time;
 mod tool_drift;
 mod tool_list;
 mod tools_text;
+mod upcoming;
 
 pub use commands::{DeadLetter, OperatorCommand};
 pub use context_cost::{ContextCost, ContextCostChange};
@@ -41,9 +42,10 @@ pub use tool_drift::{
 };
 pub use tool_list::{
     check_tool_name, json_depth, ProbeFailure, ServerSurfaces, SnapshotSource, ToolListLimits,
-    ToolListRecord, ToolListSnapshot, ToolListTooLarge,
+    ToolListRecord, ToolListSnapshot, ToolListTooLarge, UpstreamRelease,
 };
 pub use tools_text::{name_of, DeclaredTool, ToolsText};
+pub use upcoming::UpcomingRelease;
 
 /// Version written into every message this build produces, and the only one it reads.
 pub const SCHEMA_VERSION: u32 = 1;

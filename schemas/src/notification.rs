@@ -24,6 +24,8 @@ pub enum NotificationKind {
     /// A tool's returns stopped meeting its declared output schema (BREAKING for every validating client).
     #[serde(rename = "declared_output_mismatch")]
     DeclaredOutputMismatch,
+    /// A release not yet running would change the server's lists.
+    Upcoming,
 }
 
 impl NotificationKind {
@@ -33,6 +35,7 @@ impl NotificationKind {
             NotificationKind::Down => "down",
             NotificationKind::Up => "up",
             NotificationKind::DeclaredOutputMismatch => "declared_output_mismatch",
+            NotificationKind::Upcoming => "upcoming",
         }
     }
 }
@@ -90,33 +93,14 @@ pub struct Notification {
     /// (`+12,400 tokens (+103.3 %): 3 tools added`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_cost: Option<String>,
+    /// The release an `upcoming` notification is of: `npm:@scope/name 1.2.3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
 }
 
 impl Notification {
     pub fn drift(event: &SchemaDriftEvent) -> Notification {
-        let mut counts = ChangeCounts::default();
-        let listed = event.changes.iter().map(|change| (change.classification, 1));
-        let omitted = event.omitted_changes.iter().map(|(classification, n)| (*classification, *n));
-        for (classification, n) in listed.chain(omitted) {
-            let n = u32::try_from(n).unwrap_or(u32::MAX);
-            match classification {
-                Classification::Breaking => counts.breaking = counts.breaking.saturating_add(n),
-                Classification::Warning => counts.warning = counts.warning.saturating_add(n),
-                Classification::Compatible => counts.compatible = counts.compatible.saturating_add(n),
-            }
-        }
-        let mut worst: Vec<&SchemaChange> = event.changes.iter().collect();
-        // Stable: within a classification, the detector's order (by tool and path) stays.
-        worst.sort_by_key(|change| std::cmp::Reverse(change.classification));
-        let mut flags: Vec<(String, SecurityFlag)> = event
-            .changes
-            .iter()
-            .flat_map(|c| c.security_flags.iter().map(|f| (c.tool_name.clone(), f.clone())))
-            .collect();
-        let security_flags_total = flags.len() as u32;
-        // Stable: within a severity, the detector's order.
-        flags.sort_by_key(|(_, flag)| std::cmp::Reverse(flag.severity));
-        flags.truncate(TOP_SECURITY_FLAGS);
+        let summary = Summary::of(&event.changes, &event.omitted_changes);
         Notification {
             id: event.id.clone(),
             project: event.project.clone(),
@@ -126,19 +110,49 @@ impl Notification {
             classification: event.max_classification,
             event_id: Some(event.id.clone()),
             event_status: Some(event.status),
-            counts,
-            top_changes: worst.into_iter().take(TOP_CHANGES).cloned().collect(),
-            security_flags: flags,
-            security_flags_total,
+            counts: summary.counts,
+            top_changes: summary.top_changes,
+            security_flags: summary.security_flags,
+            security_flags_total: summary.security_flags_total,
             max_severity: event.max_severity,
             note: None,
             tool: None,
             affected_agents: Vec::new(),
             context_cost: event.context_cost.as_ref().map(|change| change.summary.clone()),
+            release: None,
         }
     }
 
-    /// A declared-output mismatch signal (its id is the signal's, so a replay notifies once).
+    /// A release not yet running that would change the server's lists; the note names the release and the
+    /// pin that keeps the version in use.
+    pub fn upcoming(release: &crate::UpcomingRelease) -> Notification {
+        let summary = Summary::of(&release.changes, &release.omitted_changes);
+        let released = release.released_at.map(|at| format!(", released {at}")).unwrap_or_default();
+        Notification {
+            id: release.id.clone(),
+            project: release.project.clone(),
+            server_name: release.server_name.clone(),
+            kind: NotificationKind::Upcoming,
+            at: release.detected_at,
+            classification: release.max_classification,
+            event_id: Some(release.id.clone()),
+            event_status: None,
+            counts: summary.counts,
+            top_changes: summary.top_changes,
+            security_flags: summary.security_flags,
+            security_flags_total: summary.security_flags_total,
+            max_severity: release.max_severity,
+            note: Some(format!(
+                "{} {}{released}; to stay on the version in use, pin it: {}",
+                release.package, release.version, release.pin
+            )),
+            tool: None,
+            affected_agents: Vec::new(),
+            context_cost: release.context_cost.as_ref().map(|change| change.summary.clone()),
+            release: Some(format!("{} {}", release.package, release.version)),
+        }
+    }
+
     pub fn output_mismatch(signal: &crate::ShapeDriftSignal) -> Notification {
         let reasons: Vec<String> = signal.reasons.iter().take(TOP_CHANGES).map(ToString::to_string).collect();
         Notification {
@@ -159,6 +173,7 @@ impl Notification {
             tool: Some(signal.tool.clone()),
             affected_agents: Vec::new(),
             context_cost: None,
+            release: None,
         }
     }
 
@@ -189,6 +204,46 @@ impl Notification {
             tool: None,
             affected_agents: Vec::new(),
             context_cost: None,
+            release: None,
+        }
+    }
+}
+
+/// The counts, worst changes and worst flags of a list of changes, as notifications carry them.
+struct Summary {
+    counts: ChangeCounts,
+    top_changes: Vec<SchemaChange>,
+    security_flags: Vec<(String, SecurityFlag)>,
+    security_flags_total: u32,
+}
+
+impl Summary {
+    fn of(changes: &[SchemaChange], omitted: &std::collections::BTreeMap<Classification, u64>) -> Summary {
+        let mut counts = ChangeCounts::default();
+        let listed = changes.iter().map(|change| (change.classification, 1));
+        let omitted = omitted.iter().map(|(classification, n)| (*classification, *n));
+        for (classification, n) in listed.chain(omitted) {
+            let n = u32::try_from(n).unwrap_or(u32::MAX);
+            match classification {
+                Classification::Breaking => counts.breaking = counts.breaking.saturating_add(n),
+                Classification::Warning => counts.warning = counts.warning.saturating_add(n),
+                Classification::Compatible => counts.compatible = counts.compatible.saturating_add(n),
+            }
+        }
+        let mut worst: Vec<&SchemaChange> = changes.iter().collect();
+        worst.sort_by_key(|change| std::cmp::Reverse(change.classification));
+        let mut flags: Vec<(String, SecurityFlag)> = changes
+            .iter()
+            .flat_map(|c| c.security_flags.iter().map(|f| (c.tool_name.clone(), f.clone())))
+            .collect();
+        let security_flags_total = flags.len() as u32;
+        flags.sort_by_key(|(_, flag)| std::cmp::Reverse(flag.severity));
+        flags.truncate(TOP_SECURITY_FLAGS);
+        Summary {
+            counts,
+            top_changes: worst.into_iter().take(TOP_CHANGES).cloned().collect(),
+            security_flags: flags,
+            security_flags_total,
         }
     }
 }

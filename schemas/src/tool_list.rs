@@ -16,6 +16,26 @@ pub enum SnapshotSource {
     Sdk,
     Probe,
     Api,
+    /// A release not yet running anywhere, installed and captured in a sandbox by the upstream watcher: the
+    /// detector reports what it would change and keeps the server's state as it is.
+    Upstream,
+}
+
+/// The release an `upstream` snapshot is of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamRelease {
+    /// `npm:@scope/name` or `pypi:name`.
+    pub package: String,
+    pub version: String,
+    /// When the registry says it was published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<Timestamp>,
+    /// How an install pins the version in use (`@scope/name@1.2.3`, `name==1.2.3`), for the advice.
+    pub pin: String,
+    /// Why the release could not be installed or captured (then `tools` is empty and nothing is diffed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One complete `tools/list` declaration of a server. Kafka key: `project/server`.
@@ -38,6 +58,9 @@ pub struct ToolListSnapshot {
     /// The server's instructions, prompts, resources and resource templates, where captured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub surfaces: Option<ServerSurfaces>,
+    /// The release captured (source `upstream` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<UpstreamRelease>,
 }
 
 /// A [`ToolListSnapshot`] as read from the bus with its tools left as text: a detector that has seen the
@@ -57,6 +80,9 @@ pub struct ToolListRecord<'a> {
     pub tools: &'a serde_json::value::RawValue,
     #[serde(default)]
     pub surfaces: Option<ServerSurfaces>,
+    /// Boxed: most records are not of a release, and the record is held by value on the worker's path.
+    #[serde(default)]
+    pub release: Option<Box<UpstreamRelease>>,
 }
 
 impl ToolListRecord<'_> {

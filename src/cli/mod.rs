@@ -60,15 +60,20 @@ enum Command {
     Capture(capture::CaptureArgs),
     /// A watched server's releases on npm and PyPI, installed and captured in a sandbox before your agents
     /// run them.
+    /// Without a subcommand: run only the upstream watcher (`[[upstream]]` packages polled on npm and PyPI,
+    /// each new release captured in a sandbox) with its lists to Kafka.
+    #[command(args_conflicts_with_subcommands = true)]
     Upstream {
         #[command(subcommand)]
-        command: upstream::UpstreamCommand,
+        command: Option<upstream::UpstreamCommand>,
+        #[command(flatten)]
+        serve: ServeArgs,
     },
     /// Check a configuration (file, then DRIFTLINE__… environment) for a stage without starting it.
     CheckConfig {
         #[arg(long)]
         config: Option<std::path::PathBuf>,
-        #[arg(long, value_parser = ["serve", "ingest", "detect", "api", "probe", "notify"], default_value = "serve")]
+        #[arg(long, value_parser = ["serve", "ingest", "detect", "api", "probe", "notify", "upstream"], default_value = "serve")]
         stage: String,
     },
     /// Create the ClickHouse database and tables of `[clickhouse]` (idempotent, versioned).
@@ -258,7 +263,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probe(args) => serve(args, Role::Probe),
         Command::Notify(args) => serve(args, Role::Notify),
         Command::Capture(args) => capture::run(args),
-        Command::Upstream { command } => upstream::run(command),
+        Command::Upstream { command: Some(command), .. } => upstream::run(command),
+        Command::Upstream { command: None, serve: args } => serve(args, Role::Upstream),
         Command::CheckConfig { config, stage } => {
             let config = driftline::config::Config::load(config.as_deref())?;
             let role = match stage.as_str() {
@@ -267,6 +273,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "api" => Role::Api,
                 "probe" => Role::Probe,
                 "notify" => Role::Notify,
+                "upstream" => Role::Upstream,
                 _ => Role::All,
             };
             crate::serve::check_role(&config, role)?;

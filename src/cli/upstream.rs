@@ -22,7 +22,7 @@ use super::Unreachable;
 pub enum UpstreamCommand {
     /// Install one release in a sandbox, capture its lists, and diff them against a list file or a server
     /// driftline watches (exit 1 on BREAKING, 0 otherwise, 3 when it could not install or capture).
-    Check(CheckArgs),
+    Check(Box<CheckArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -78,7 +78,7 @@ pub struct CheckArgs {
 
 pub fn run(command: UpstreamCommand) -> anyhow::Result<ExitCode> {
     match command {
-        UpstreamCommand::Check(args) => check(args),
+        UpstreamCommand::Check(args) => check(*args),
     }
 }
 

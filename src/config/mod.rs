@@ -20,6 +20,7 @@ mod otlp;
 mod probe;
 mod server;
 mod storage;
+mod upstream;
 
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -42,6 +43,7 @@ pub use otlp::{GrpcListen, OtlpConfig, OtlpServer};
 pub use probe::ProbeConfig;
 pub use server::ServerConfig;
 pub use storage::{BusKind, StorageConfig, StoreKind};
+pub use upstream::{UpstreamEntry, UpstreamWatcherConfig};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -57,6 +59,9 @@ pub struct Config {
     pub kafka: KafkaConfig,
     pub clickhouse: ClickHouseConfig,
     pub otlp: OtlpConfig,
+    /// `[[upstream]]`: packages whose releases are captured in a sandbox before they run.
+    pub upstream: Vec<UpstreamEntry>,
+    pub upstream_watcher: UpstreamWatcherConfig,
 }
 
 /// Unset or empty (an optional Secret key rendered as "") is absent.
@@ -180,6 +185,7 @@ impl Config {
         self.probe.validate()?;
         self.notify.validate()?;
         self.otlp.validate()?;
+        self.upstream_watcher.validate(&self.upstream)?;
         self.limits.validate()?;
         let per_tool = driftline_detectors::tool_state_worst_case_bytes(&self.detector.thresholds());
         if self.limits.max_state_bytes_per_project < per_tool {

@@ -159,12 +159,17 @@ pub struct Batch {
     pub applied_commands: Vec<AppliedCommand>,
     /// New drift events and DOWN/UP transitions, for the notifier.
     pub notifications: Vec<Notification>,
+    /// Upcoming releases captured by the upstream watcher, diffed against their server's baseline.
+    pub upcoming: Vec<driftline_schemas::UpcomingRelease>,
     /// Keys whose detector state is dropped (expired, or freed by an admin), with the rows that show it
     /// (a tool's shape view; a server's health row and current tools). History stays: events, signals,
     /// snapshots, calls. Applied after the batch's other rows; a key forgotten and then seen again in
     /// the same batch is not in it.
     pub forgotten: Vec<Forgotten>,
 }
+
+/// Most upcoming releases one read answers.
+pub const UPCOMING_LIMIT: i64 = 200;
 
 /// `detector_state`'s kind of the dead-letter counts: key `project/kind/stream`, state a
 /// [`DeadLetterCount`] as JSON.
@@ -418,6 +423,12 @@ pub trait QueryStore: Send + Sync {
         project: &str,
         server: &str,
     ) -> Result<Option<driftline_schemas::ServerSurfaces>, StoreError>;
+    /// Upcoming releases, newest first (at most [`UPCOMING_LIMIT`]); of one server when `server` is given.
+    async fn upcoming(
+        &self,
+        project: &str,
+        server: Option<&str>,
+    ) -> Result<Vec<driftline_schemas::UpcomingRelease>, StoreError>;
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError>;
     async fn tool_shape(
         &self,

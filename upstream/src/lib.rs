@@ -6,10 +6,13 @@
 //! does not diff: what a captured list changes is decided by `driftline diff` (the CLI) and the tool-list
 //! detector (the service).
 
+mod events;
 pub mod install;
+mod metrics;
 pub mod package;
 pub mod registry;
 pub mod sandbox;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

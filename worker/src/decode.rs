@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use driftline_bus::{Consumer, Delivered, Topic};
 use driftline_detectors::shape::record_from_span;
 use driftline_schemas::{
-    OperatorCommand, OutputDeclaration, ProbeFailure, Timestamp, ToolCallRecord, ToolCallSpan,
-    ToolListRecord, OUTPUT_DECLARATION,
+    OperatorCommand, OutputDeclaration, ProbeFailure, SnapshotSource, Timestamp, ToolCallRecord,
+    ToolCallSpan, ToolListRecord, OUTPUT_DECLARATION,
 };
 use driftline_store::RepeatLookup;
 
@@ -40,7 +40,14 @@ pub(crate) fn decode(record: &Delivered) -> Input<'_> {
         // Tool lists, probe failures and baseline acceptances share the server's partition, so an
         // acceptance applies in order with the lists, on the instance that owns the server.
         Topic::ToolLists => match serde_json::from_slice::<ToolListRecord>(&record.payload) {
-            Ok(list) => check_key(record, &list.key().to_string()).map(|()| Input::ToolList(list)),
+            Ok(list) => check_key(record, &list.key().to_string()).and_then(|()| {
+                // An upstream capture is of a release, and only it names one.
+                match (list.source == SnapshotSource::Upstream, list.release.is_some()) {
+                    (true, false) => Err("a snapshot of source upstream must name its release".to_owned()),
+                    (false, true) => Err("only a snapshot of source upstream names a release".to_owned()),
+                    _ => Ok(Input::ToolList(list)),
+                }
+            }),
             Err(err) => {
                 if let Ok(failure) = serde_json::from_slice::<ProbeFailure>(&record.payload) {
                     check_key(record, &failure.key().to_string())

@@ -183,6 +183,25 @@ impl<C: Consumer> Worker<C> {
         let key = snapshot.key();
         let policy = Acceptance::from(&self.thresholds_of(&snapshot.project));
         let state = self.servers.state_of(&key, || self.keys_held.server_added(&key));
+        if let Some(release) = &snapshot.release {
+            // A release nobody runs yet: reported as upcoming; the server's lists and status stay.
+            let context = RecordContext {
+                project: &snapshot.project,
+                server: &snapshot.server,
+                position: record.position,
+                at: record.appended_at,
+            };
+            if let Some(upcoming) =
+                state.observe_release(tools, snapshot.surfaces.as_ref(), release, context, policy)
+            {
+                if !upcoming.changes.is_empty() || !upcoming.omitted_changes.is_empty() {
+                    out.batch.notifications.push(Notification::upcoming(&upcoming));
+                }
+                out.batch.upcoming.push(upcoming);
+            }
+            out.dirty.server(key, record);
+            return;
+        }
         let was_down = state.down.is_some();
         let context = RecordContext {
             project: &snapshot.project,

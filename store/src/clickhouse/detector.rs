@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::rollups::{rollup_rows, AgentRollupRow, RollupScope, ToolRollupRow};
 use super::rows::{
     AcceptanceRow, CallIdentityRow, CallRow, CommandRow, EventRow, NotificationRow, ServerRowDb, SettingRow,
-    SignalRow, SnapshotRow, StateRow, StoredCallRow, ToolSchemaRow, ToolShapeDb,
+    SignalRow, SnapshotRow, StateRow, StoredCallRow, ToolSchemaRow, ToolShapeDb, UpcomingRow,
 };
 use super::{last_per_key, try_all, ClickHouseStore, CONSUMER, POSITION};
 use crate::retention;
@@ -214,6 +214,21 @@ impl DetectorStore for ClickHouseStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
+        let upcoming = batch
+            .upcoming
+            .iter()
+            .map(|u| {
+                Ok(UpcomingRow {
+                    id: u.id.clone(),
+                    project: u.project.clone(),
+                    server_name: u.server_name.clone(),
+                    package: u.package.clone(),
+                    version: u.version.clone(),
+                    detected_at: ms(u.detected_at),
+                    body: text(u)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         // Every output but the traffic a reader counts and the views that sum outputs up is written at once
         // (each table its own insert).
         try_all(vec![
@@ -226,6 +241,7 @@ impl DetectorStore for ClickHouseStore {
             Box::pin(self.insert("applied_commands", &commands)),
             Box::pin(self.insert("call_identities_by_stream", &identities)),
             Box::pin(self.insert("notifications", &notifications)),
+            Box::pin(self.insert("upcoming_releases", &upcoming)),
         ])
         .await?;
         // Rollup rows are whole values: a row stored by a batch that crashed before its positions is

@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../schemas/clickhouse/0006_call_identities_by_stream.sql"),
     include_str!("../../../schemas/clickhouse/0007_argument_shapes.sql"),
     include_str!("../../../schemas/clickhouse/0008_context_cost.sql"),
+    include_str!("../../../schemas/clickhouse/0009_upcoming_releases.sql"),
 ];
 const CONSUMER: &str = "detectors";
 const POSITION: &str = "position";

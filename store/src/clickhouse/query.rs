@@ -204,6 +204,26 @@ impl QueryStore for ClickHouseStore {
         Ok(surfaces.into_iter().next().flatten().map(|json| serde_json::from_str(&json)).transpose()?)
     }
 
+    async fn upcoming(
+        &self,
+        project: &str,
+        server: Option<&str>,
+    ) -> Result<Vec<driftline_schemas::UpcomingRelease>, StoreError> {
+        let bodies: Vec<String> = self
+            .client
+            .query(
+                "SELECT body FROM upcoming_releases FINAL WHERE project = ? AND (? = '' OR server_name = ?)
+                 ORDER BY detected_at DESC, id LIMIT ?",
+            )
+            .bind(project)
+            .bind(server.unwrap_or_default())
+            .bind(server.unwrap_or_default())
+            .bind(crate::UPCOMING_LIMIT)
+            .fetch_all()
+            .await?;
+        Ok(bodies.iter().map(|body| serde_json::from_str(body)).collect::<Result<Vec<_>, _>>()?)
+    }
+
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {
         let declared: Vec<(String, String)> = self
             .client

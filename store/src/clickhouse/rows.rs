@@ -7,6 +7,19 @@ use serde::{Deserialize, Serialize};
 use crate::views::{ms, name, parse_name, text, timestamp};
 use crate::StoreError;
 
+/// `upcoming_releases`: the release as JSON, with the columns a query filters on.
+#[derive(Row, Serialize, Deserialize)]
+pub(super) struct UpcomingRow {
+    pub(super) id: String,
+    pub(super) project: String,
+    pub(super) server_name: String,
+    pub(super) package: String,
+    pub(super) version: String,
+    /// DateTime64(3): milliseconds.
+    pub(super) detected_at: i64,
+    pub(super) body: String,
+}
+
 #[derive(Row, Serialize)]
 pub(super) struct NotificationRow {
     pub(super) id: String,

@@ -38,6 +38,8 @@ pub(super) fn expire_run(connection: &Connection, now: i64) -> Result<u64, Store
              (SELECT rowid FROM schema_drift_events WHERE detected_at < ?1 LIMIT ?2)",
         "DELETE FROM shape_drift_signals WHERE rowid IN
              (SELECT rowid FROM shape_drift_signals WHERE detected_at < ?1 LIMIT ?2)",
+        "DELETE FROM upcoming_releases WHERE rowid IN
+             (SELECT rowid FROM upcoming_releases WHERE detected_at < ?1 LIMIT ?2)",
     ] {
         removed += connection.prepare_cached(sql)?.execute(params![events, retention::RUN])? as u64;
     }

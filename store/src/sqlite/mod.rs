@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../schemas/sqlite/0011_surfaces.sql"),
     include_str!("../../../schemas/sqlite/0012_argument_shapes.sql"),
     include_str!("../../../schemas/sqlite/0013_context_cost.sql"),
+    include_str!("../../../schemas/sqlite/0014_upcoming_releases.sql"),
 ];
 const WORKER: &str = "detectors";
 

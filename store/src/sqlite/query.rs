@@ -257,6 +257,25 @@ impl QueryStore for SqliteStore {
         .await
     }
 
+    async fn upcoming(
+        &self,
+        project: &str,
+        server: Option<&str>,
+    ) -> Result<Vec<driftline_schemas::UpcomingRelease>, StoreError> {
+        let (project, server) = (project.to_owned(), server.map(str::to_owned));
+        self.read(move |connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT body FROM upcoming_releases WHERE project = ?1 AND (?2 IS NULL OR server_name = ?2)
+                 ORDER BY detected_at DESC, id LIMIT ?3",
+            )?;
+            let bodies = statement
+                .query_map(params![project, server, crate::UPCOMING_LIMIT], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(bodies.iter().map(|body| serde_json::from_str(body)).collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
     async fn tools(&self, project: &str, hours: u32, now: Timestamp) -> Result<Vec<ToolSummary>, StoreError> {
         let project = project.to_owned();
         let window = rollup::window(ms(now), hours);

@@ -177,6 +177,22 @@ pub(super) fn write_batch(transaction: &Transaction<'_>, batch: &Batch) -> Resul
                 text(notification)?
             ])?;
     }
+    for upcoming in &batch.upcoming {
+        transaction
+            .prepare_cached(
+                "INSERT OR IGNORE INTO upcoming_releases (id, project, server_name, package, version, detected_at, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                upcoming.id,
+                upcoming.project,
+                upcoming.server_name,
+                upcoming.package,
+                upcoming.version,
+                ms(upcoming.detected_at),
+                text(upcoming)?
+            ])?;
+    }
     for CallIdentity { identity, position, received_at: ingested_at } in &batch.call_identities {
         transaction.prepare_cached(
             "INSERT OR IGNORE INTO call_identities (identity, partition, offset, ingested_at) VALUES (?1, ?2, ?3, ?4)",

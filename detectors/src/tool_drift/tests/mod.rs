@@ -71,6 +71,7 @@ fn snapshot(tools: Value) -> ToolListSnapshot {
         latency_ms: None,
         tools: tools.as_array().cloned().unwrap_or_default(),
         surfaces: None,
+        release: None,
     }
 }
 
