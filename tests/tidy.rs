@@ -143,6 +143,7 @@ const TOOL_DRIFT_LAYERS: &[&[&str]] = &[
     &["index"],
     &["hashes", "diff", "cost"],
     &["surfaces"],
+    &["upcoming"],
 ];
 
 /// A file's text without its inline test module (`#[cfg(test)] mod tests { … }`, last in the file).

@@ -17,12 +17,12 @@ mod parallel;
 pub(crate) mod refs;
 pub mod security;
 pub mod surfaces;
+mod upcoming;
 
 pub use driftline_schemas::ToolsText;
 use driftline_schemas::{
     derive_id, Classification, ContextCost, EventStatus, InputPosition, OutputKind, SchemaChange,
     SchemaDriftEvent, SecurityFlag, ServerStatus, ServerSurfaces, Severity, Timestamp, ToolListSnapshot,
-    UpcomingRelease, UpstreamRelease,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,6 +48,7 @@ pub use normal::{
 };
 pub use security::ToolNames;
 pub use surfaces::{carried, diff_surfaces, server_hash, surfaces_empty};
+pub use upcoming::ReportedRelease;
 
 /// A tool list within `limits`: its size, its tools' names (the rules calls meet), their nesting
 /// ([`ToolListLimits::check`]), and the nodes its references copy in when its tools are normalised
@@ -346,16 +347,6 @@ pub struct ServerState {
     pub upcoming: BTreeMap<String, ReportedRelease>,
 }
 
-/// An upcoming release a server's state has reported.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReportedRelease {
-    pub version: String,
-    pub hash: String,
-    /// The baseline it was diffed against: a release reported before the baseline moved is reported again.
-    #[serde(default)]
-    pub baseline_hash: Option<String>,
-}
-
 /// Bumped whenever normalisation changes what a hash covers (3: the hash of a list is a hash of its tools'
 /// definition hashes; 4: an anyOf branch another branch accepts wholly is dropped).
 pub const NORMAL_FORM_VERSION: u32 = 4;
@@ -651,80 +642,6 @@ impl ServerState {
         outputs
     }
 
-    /// A release not yet running, captured by the upstream watcher: diffed against the baseline with the
-    /// rules of drift, and reported once per release, list and baseline. The server's baseline, newest
-    /// snapshot, open events and status are not touched. `None` when this release was reported already.
-    pub fn observe_release(
-        &mut self,
-        tools: Arc<ToolsText>,
-        surfaces: Option<&ServerSurfaces>,
-        release: &UpstreamRelease,
-        context: RecordContext<'_>,
-        acceptance: Acceptance,
-    ) -> Option<UpcomingRelease> {
-        self.rehash_if_stale();
-        let latest =
-            self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.as_ref());
-        let surfaces = match surfaces {
-            None => latest.cloned(),
-            Some(captured) => carried(Some(captured), latest.map(|arc| &**arc)).map(Arc::new),
-        };
-        for list in [&mut self.baseline, &mut self.observed].into_iter().flatten() {
-            list.index();
-        }
-        let known: Vec<IndexedList<'_>> =
-            [&self.baseline, &self.observed].into_iter().flatten().filter_map(HashedTools::list).collect();
-        let index = ToolIndex::reusing(&tools, &known);
-        let mut current = HashedTools::indexed(tools, index).with_surfaces(surfaces);
-        let baseline_hash = self.baseline.as_ref().map(|baseline| short_hash(&baseline.hash));
-        let reported = ReportedRelease {
-            version: release.version.clone(),
-            hash: match &release.error {
-                Some(_) => "error".to_owned(),
-                None => short_hash(&current.hash),
-            },
-            baseline_hash: baseline_hash.clone(),
-        };
-        if self.upcoming.get(&release.package) == Some(&reported) {
-            return None;
-        }
-        self.upcoming.insert(release.package.clone(), reported);
-        let id = derive_id(OutputKind::UpcomingRelease, &context.key(), context.position);
-        let tool_count = current.tool_count() as u32;
-        let mut upcoming = UpcomingRelease {
-            id,
-            project: context.project.to_owned(),
-            server_name: context.server.to_owned(),
-            package: release.package.clone(),
-            version: release.version.clone(),
-            pin: release.pin.clone(),
-            released_at: release.released_at,
-            detected_at: context.at,
-            baseline_hash,
-            release_hash: short_hash(&current.hash),
-            tool_count,
-            changes: Vec::new(),
-            omitted_changes: BTreeMap::new(),
-            max_classification: None,
-            max_severity: None,
-            context_cost: None,
-            release_tools: Arc::clone(&current.tools),
-            error: release.error.clone(),
-        };
-        if release.error.is_some() {
-            return Some(upcoming);
-        }
-        if let Some(baseline) = self.baseline.as_mut().filter(|baseline| baseline.hash != current.hash) {
-            let event = drift_event(baseline, &mut current, context, acceptance);
-            upcoming.changes = event.changes;
-            upcoming.omitted_changes = event.omitted_changes;
-            upcoming.max_classification = event.max_classification;
-            upcoming.max_severity = event.max_severity;
-            upcoming.context_cost = event.context_cost;
-        }
-        Some(upcoming)
-    }
-
     /// A probe could not reach the server.
     pub fn probe_failed(&mut self, error: &str) {
         self.down = Some(error.to_owned());
@@ -807,7 +724,7 @@ pub fn hold_reason(event: &SchemaDriftEvent, hold: SecurityHold) -> Option<Strin
 }
 
 /// The event of `current` against `baseline`, which also gives `current` its context cost.
-fn drift_event(
+pub(super) fn drift_event(
     baseline: &mut HashedTools,
     current: &mut HashedTools,
     context: RecordContext<'_>,

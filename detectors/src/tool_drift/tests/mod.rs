@@ -7,6 +7,7 @@ mod limits;
 mod listing;
 mod meaning;
 mod properties;
+mod upcoming;
 
 use driftline_schemas::{
     ChangeType, EventStatus, InputPosition, ServerStatus, SnapshotSource, Timestamp, ToolListSnapshot,
