@@ -402,5 +402,36 @@ fn the_watcher_reports_an_upcoming_release_with_its_impact_once_across_kill_9() 
     );
     let sent: Vec<Value> = hook.received().iter().filter(|r| upcoming(r)).map(|r| r.json()).collect();
     assert_eq!(sent.len(), 2, "one upcoming notification per server: {sent:?}");
+
+    // The CLI: the release in use (its list is the server's) and the newest, with the verdict and the pin.
+    let (code, stdout, stderr) = run_cli(&["upstream", "list", "--url", &server.url]);
+    assert_eq!(code, 1, "a newest release breaks something: {stdout}{stderr}");
+    let weather =
+        stdout.lines().find(|l| l.trim_start().starts_with("weather ")).unwrap_or_else(|| panic!("{stdout}"));
+    for part in ["1.0.0", "1.1.0", "BREAKING (2 breaking", "@driftline-test/weather-server@1.0.0"] {
+        assert!(weather.contains(part), "{part} in {weather:?}");
+    }
+    let (_, stdout, _) = run_cli(&["health", "--wide", "--url", &server.url]);
+    assert!(stdout.contains("1.0.0 → 1.1.0 (BREAKING)"), "{stdout}");
+    // Accepted ahead: when weather runs 1.1.0, its list becomes the baseline without drift-accept.
+    let (code, stdout, stderr) = run_cli(&["upstream", "accept", "weather", "1.1.0", "--url", &server.url]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (code, _, stderr) = run_cli(&["upstream", "accept", "weather", "7.7.7", "--url", &server.url]);
+    assert_eq!(code, 3, "no such release: {stderr}");
+    assert!(stderr.contains("no captured release"), "{stderr}");
+    let release_tools = page["releases"][0]["release_tools"].clone();
+    let reply = client.put_json("/api/servers/weather/tools", &json!({ "tools": release_tools }));
+    assert_eq!(reply.0, 202, "{}", reply.1);
+    let history = client.wait_for(
+        "/api/health/servers/weather/drift-history",
+        "the release's drift event",
+        |history| history.as_array().is_some_and(|events| !events.is_empty()),
+    );
+    let event = &history[0];
+    assert_eq!(event["status"], "accepted", "{event}");
+    assert!(event["accepted_by"].as_str().is_some_and(|by| by.contains("ahead, release 1.1.0")), "{event}");
+    let health = client.get("/api/health/servers/weather").1;
+    assert_eq!(health["status"], "UP", "{health}");
+    assert_eq!(health["schema_hash"], page["releases"][0]["release_hash"], "{health}");
     server.kill();
 }

@@ -56,6 +56,7 @@ pub fn router(state: ApiState) -> (Router, OpenApi) {
         .routes(routes!(routes::server_surfaces))
         .routes(routes!(upstream::upcoming))
         .routes(routes!(upstream::server_upcoming))
+        .routes(routes!(upstream::accept_ahead))
         .routes(routes!(routes::tools))
         .routes(routes!(routes::tool_shape))
         .routes(routes!(routes::tool_calls))

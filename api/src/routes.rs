@@ -185,13 +185,15 @@ pub(crate) async fn run_command(state: &ApiState, command: OperatorCommand) -> A
 /// order with the data it concerns, on the detector that owns it), a project's on the commands topic.
 fn command_topic(command: &OperatorCommand) -> Topic {
     match command {
-        OperatorCommand::AcceptBaseline { .. } | OperatorCommand::ForgetServer { .. } => Topic::ToolLists,
+        OperatorCommand::AcceptBaseline { .. }
+        | OperatorCommand::AcceptRelease { .. }
+        | OperatorCommand::ForgetServer { .. } => Topic::ToolLists,
         OperatorCommand::ForgetTool { .. } => Topic::Spans,
         OperatorCommand::SetThresholds { .. } => Topic::Commands,
     }
 }
 
-fn command_id(state: &ApiState, kind: &str, key: &str) -> String {
+pub(crate) fn command_id(state: &ApiState, kind: &str, key: &str) -> String {
     let now = (state.clock)();
     let nonce: u64 = rand_u64();
     format!("{kind}-{}-{:016x}", now.as_millis(), nonce ^ hash_str(key))

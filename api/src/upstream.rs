@@ -116,3 +116,49 @@ pub(crate) async fn server_upcoming(
     }
     ok(ServerUpcoming { releases, impact, hours })
 }
+
+/// Which release to accept ahead.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AcceptAhead {
+    /// A version the upstream watcher captured for the server.
+    version: String,
+}
+
+/// Accepts an upcoming release ahead (admin key): when the server's list becomes the release's (the probe
+/// or an agent sees it running), it becomes the baseline at once and its drift event is recorded as
+/// accepted, without waiting for `drift-accept`.
+#[utoipa::path(post, path = "/api/upstream/{name}/accept", tag = "upstream",
+    params(("name" = String, Path, description = "Server name")),
+    request_body(content = AcceptAhead),
+    responses((status = 200, description = "Applied"), (status = 202, description = "Queued behind the data"),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn accept_ahead(
+    State(state): State<ApiState>,
+    caller: driftline_http::Admin,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Answer {
+    let who = caller.into_principal();
+    let name = server_name(&name)?;
+    let asked: AcceptAhead = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::bad_request(format!("body must be {{\"version\": \"…\"}}: {err}")))?;
+    let releases =
+        state.store.upcoming(&who.project, Some(&name)).await.map_err(ApiError::store_unavailable)?;
+    let Some(release) = releases.iter().find(|r| r.version == asked.version && r.error.is_none()) else {
+        return Err(ApiError::not_found(format!(
+            "no captured release {:?} of server {name:?} in this project",
+            asked.version
+        )));
+    };
+    let id = crate::routes::command_id(&state, "accept-release", &format!("{}/{name}", who.project));
+    let command = driftline_schemas::OperatorCommand::AcceptRelease {
+        id,
+        project: who.project,
+        server: name,
+        version: release.version.clone(),
+        release_hash: release.release_hash.clone(),
+        accepted_by: who.name,
+    };
+    crate::routes::run_command(&state, command).await
+}

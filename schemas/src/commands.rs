@@ -15,6 +15,17 @@ pub enum OperatorCommand {
         server: ServerName,
         accepted_by: String,
     },
+    /// Accepts an upcoming release ahead: when a list equal to the release's arrives, it becomes the
+    /// baseline at once (its drift event recorded as accepted). Rides the server's tool-list partition.
+    AcceptRelease {
+        id: String,
+        project: ProjectName,
+        server: ServerName,
+        version: String,
+        /// The release's list (short hash) as the upstream watcher captured it.
+        release_hash: String,
+        accepted_by: String,
+    },
     SetThresholds {
         id: String,
         project: ProjectName,
@@ -43,6 +54,7 @@ impl OperatorCommand {
     pub fn id(&self) -> &str {
         match self {
             OperatorCommand::AcceptBaseline { id, .. }
+            | OperatorCommand::AcceptRelease { id, .. }
             | OperatorCommand::SetThresholds { id, .. }
             | OperatorCommand::ForgetServer { id, .. }
             | OperatorCommand::ForgetTool { id, .. } => id,
@@ -59,6 +71,7 @@ impl OperatorCommand {
     pub fn key(&self) -> String {
         match self {
             OperatorCommand::AcceptBaseline { project, server, .. }
+            | OperatorCommand::AcceptRelease { project, server, .. }
             | OperatorCommand::ForgetServer { project, server, .. } => {
                 ServerKey::new(project.clone(), server.clone()).to_string()
             }

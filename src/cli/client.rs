@@ -15,7 +15,8 @@ use driftline_schemas::api::{
     ToolSchema,
 };
 use driftline_schemas::{
-    BaselinePolicy, Classification, EventStatus, SchemaChange, SchemaDriftEvent, ServerStatus, ServerSurfaces,
+    BaselinePolicy, Classification, EventStatus, SchemaChange, SchemaDriftEvent, ServerStatus,
+    ServerSurfaces, UpcomingRelease,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -132,7 +133,10 @@ pub fn health(api: &Api, server: Option<&str>, wide: bool) -> anyhow::Result<Exi
     match api.format() {
         Format::Json => print_json(&servers)?,
         Format::Text => {
-            println!("{}", health_table(&servers, wide));
+            // The releases the upstream watcher captured, where it runs (a driftline without one has none).
+            let releases: Vec<UpcomingRelease> =
+                if wide { api.get("/api/upstream").unwrap_or_default() } else { Vec::new() };
+            println!("{}", health_table(&servers, wide, &releases));
             // What the detector could not use: calls of tools beyond a limit among them.
             let dead: Vec<DeadLetterCount> = api.get("/api/health/dead-letters")?;
             print!("{}", dead_letter_lines(&dead));
@@ -141,12 +145,17 @@ pub fn health(api: &Api, server: Option<&str>, wide: bool) -> anyhow::Result<Exi
     Ok(ExitCode::from(if healthy == servers.len() { EXIT_OK } else { EXIT_DRIFT }))
 }
 
-/// The health table; `wide` adds each server's context cost and when it was last seen.
-pub fn health_table(servers: &[ServerHealth], wide: bool) -> String {
+/// The health table; `wide` adds each server's context cost, when it was last seen and, where the upstream
+/// watcher captured releases, the release in use and the newest.
+pub fn health_table(servers: &[ServerHealth], wide: bool, releases: &[UpcomingRelease]) -> String {
     let mut table = Table::new();
     let mut header = vec!["SERVER", "STATUS", "LATENCY", "TOOLS"];
     if wide {
         header.extend(["CONTEXT (o200k_base)", "LAST SEEN"]);
+    }
+    let with_releases = wide && !releases.is_empty();
+    if with_releases {
+        header.push("RELEASE (IN USE → NEWEST)");
     }
     header.extend(["HASH", "NOTE"]);
     table.load_preset(presets::NOTHING).set_header(header);
@@ -196,11 +205,55 @@ pub fn health_table(servers: &[ServerHealth], wide: bool) -> String {
             ));
             row.push(server.last_seen.map_or_else(|| "-".into(), |at| at.to_string()));
         }
+        if with_releases {
+            row.push(release_column(&release_summary(
+                server.schema_hash.as_deref(),
+                &server.server_name,
+                releases,
+            )));
+        }
         row.extend([server.schema_hash.clone().unwrap_or_else(|| "-".into()), note.trim().to_owned()]);
         table.add_row(row);
     }
     let healthy = servers.iter().filter(|s| s.status == ServerStatus::Up).count();
     format!("{table}\n{healthy}/{} servers healthy", servers.len())
+}
+
+/// A server's releases as the upstream watcher captured them: the one whose list is the server's current
+/// list (the version in use, as far as its list tells), and the newest seen with its verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReleaseSummary {
+    pub in_use: Option<String>,
+    pub newest: Option<String>,
+    pub verdict: Option<String>,
+}
+
+pub fn release_summary(
+    schema_hash: Option<&str>,
+    server: &str,
+    releases: &[UpcomingRelease],
+) -> ReleaseSummary {
+    let of_server: Vec<&UpcomingRelease> = releases.iter().filter(|r| r.server_name == server).collect();
+    let in_use = schema_hash
+        .and_then(|hash| of_server.iter().find(|r| r.error.is_none() && r.release_hash == hash))
+        .map(|r| r.version.clone());
+    let newest = of_server.first();
+    let verdict = newest.map(|r| match (&r.error, r.max_classification) {
+        (Some(_), _) => "not captured".to_owned(),
+        (None, Some(worst)) => worst.as_str().to_owned(),
+        (None, None) => "no change".to_owned(),
+    });
+    ReleaseSummary { in_use, newest: newest.map(|r| r.version.clone()), verdict }
+}
+
+fn release_column(summary: &ReleaseSummary) -> String {
+    match (&summary.in_use, &summary.newest, &summary.verdict) {
+        (_, None, _) => "-".into(),
+        (Some(in_use), Some(newest), _) if in_use == newest => format!("{in_use} (newest)"),
+        (in_use, Some(newest), verdict) => {
+            format!("{} → {newest} ({})", in_use.as_deref().unwrap_or("?"), verdict.as_deref().unwrap_or("-"))
+        }
+    }
 }
 
 /// A line per kind of record the detector refused, with the newest reason; nothing when there are none.

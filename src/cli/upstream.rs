@@ -9,20 +9,38 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use clap::{Args, Subcommand};
-use driftline_schemas::api::ToolSchema;
+use driftline_schemas::api::{ServerHealth, ToolSchema};
+use driftline_schemas::{Classification, UpcomingRelease};
 use driftline_upstream::{
     Follow, Launch, PackageSpec, Registries, Upstream, UpstreamError, UpstreamSettings,
 };
 use serde_json::{json, Value};
 
+use super::client::{release_summary, Api, Connection};
 use super::diff::{self, FailOn, Input, ReportArgs};
-use super::Unreachable;
+use super::{Format, Unreachable, EXIT_DRIFT, EXIT_OK};
 
 #[derive(Debug, Subcommand)]
 pub enum UpstreamCommand {
     /// Install one release in a sandbox, capture its lists, and diff them against a list file or a server
     /// driftline watches (exit 1 on BREAKING, 0 otherwise, 3 when it could not install or capture).
     Check(Box<CheckArgs>),
+    /// The releases the upstream watcher captured: per server, the release in use, the newest, and what it
+    /// would change (exit 1 when a newest release would break something).
+    List {
+        /// Only this server's releases, each with what it changes.
+        server: Option<String>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Accept a captured release ahead (admin key): when the server runs it, its list becomes the baseline
+    /// at once instead of waiting for `drift-accept`.
+    Accept {
+        server: String,
+        version: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -79,6 +97,10 @@ pub struct CheckArgs {
 pub fn run(command: UpstreamCommand) -> anyhow::Result<ExitCode> {
     match command {
         UpstreamCommand::Check(args) => check(*args),
+        UpstreamCommand::List { server, connection } => list(&Api::new(connection), server.as_deref()),
+        UpstreamCommand::Accept { server, version, connection } => {
+            accept(&Api::new(connection), &server, &version)
+        }
     }
 }
 
@@ -219,4 +241,100 @@ fn comparable(mut list: Value) -> Value {
         }
     }
     list
+}
+
+fn list(api: &Api, server: Option<&str>) -> anyhow::Result<ExitCode> {
+    let releases: Vec<UpcomingRelease> = api.get("/api/upstream")?;
+    let servers: Vec<ServerHealth> = api.get("/api/health/servers")?;
+    let releases: Vec<UpcomingRelease> =
+        releases.into_iter().filter(|r| server.is_none_or(|name| r.server_name == name)).collect();
+    let mut names: Vec<&str> = releases.iter().map(|r| r.server_name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let newest: Vec<&UpcomingRelease> =
+        names.iter().filter_map(|name| releases.iter().find(|r| r.server_name == *name)).collect();
+    let breaking = newest.iter().any(|r| r.max_classification == Some(Classification::Breaking));
+    if api.format() == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&releases)?);
+        return Ok(ExitCode::from(if breaking { EXIT_DRIFT } else { EXIT_OK }));
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING).set_header(vec![
+        "SERVER",
+        "PACKAGE",
+        "IN USE",
+        "NEWEST",
+        "RELEASED",
+        "VERDICT",
+        "PIN TO STAY",
+    ]);
+    for release in &newest {
+        let hash = servers
+            .iter()
+            .find(|s| s.server_name == release.server_name)
+            .and_then(|s| s.schema_hash.as_deref());
+        let summary = release_summary(hash, &release.server_name, &releases);
+        let counts =
+            |class: Classification| release.changes.iter().filter(|c| c.classification == class).count();
+        let verdict = match (&release.error, release.max_classification) {
+            (Some(error), _) => format!("not captured: {}", error.chars().take(80).collect::<String>()),
+            (None, None) => "no change".to_owned(),
+            (None, Some(worst)) => format!(
+                "{} ({} breaking · {} warning · {} compatible)",
+                worst.as_str(),
+                counts(Classification::Breaking),
+                counts(Classification::Warning),
+                counts(Classification::Compatible)
+            ),
+        };
+        let pin = summary.in_use.as_ref().filter(|in_use| **in_use != release.version).map_or_else(
+            || "-".to_owned(),
+            |in_use| match release.package.split_once(':') {
+                Some(("npm", name)) => format!("{name}@{in_use}"),
+                Some((_, name)) => format!("{name}=={in_use}"),
+                None => "-".to_owned(),
+            },
+        );
+        table.add_row(vec![
+            release.server_name.clone(),
+            release.package.clone(),
+            summary.in_use.unwrap_or_else(|| "?".into()),
+            release.version.clone(),
+            release.released_at.map_or_else(|| "-".into(), |at| at.to_string()),
+            verdict,
+            pin,
+        ]);
+    }
+    println!("{table}");
+    if let (Some(_), Some(release)) = (server, newest.first()) {
+        for change in &release.changes {
+            let place = if change.path.is_empty() { String::new() } else { format!(" · {}", change.path) };
+            println!(
+                "  {:<10} {:<26} {}{place}",
+                change.classification.as_str(),
+                change.change_type.to_string(),
+                change.tool_name
+            );
+        }
+    }
+    if newest.is_empty() {
+        println!("No release captured yet: configure [[upstream]] packages (see the README).");
+    }
+    Ok(ExitCode::from(if breaking { EXIT_DRIFT } else { EXIT_OK }))
+}
+
+fn accept(api: &Api, server: &str, version: &str) -> anyhow::Result<ExitCode> {
+    let path = format!("/api/upstream/{}/accept", super::query_value(server));
+    let (status, body) = api.send("POST", &path, &json!({ "version": version }))?;
+    match status {
+        200 => println!(
+            "{server} {version} accepted ahead: its list becomes the baseline when the server runs it"
+        ),
+        202 => println!("{server} {version}: acceptance queued behind the data"),
+        _ => {
+            let message = body.get("error").and_then(Value::as_str).unwrap_or("no reason given");
+            return Err(anyhow!("{status}: {message}"));
+        }
+    }
+    Ok(ExitCode::from(EXIT_OK))
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use driftline_bus::{Consumer, Delivered};
 use driftline_detectors::contract;
 use driftline_detectors::shape_drift;
-use driftline_detectors::tool_drift::{short_hash, Acceptance, HashedTools, RecordContext, ToolListOutput};
+use driftline_detectors::tool_drift::{
+    short_hash, Acceptance, ExpectedRelease, HashedTools, RecordContext, ToolListOutput,
+};
 use driftline_schemas::api::AcceptResult;
 use driftline_schemas::{
     derive_id, DetectorThresholds, Notification, NotificationKind, OperatorCommand, OutputDeclaration,
@@ -367,6 +369,26 @@ impl<C: Consumer> Worker<C> {
                     accepted_by: accepted_by.clone(),
                 };
                 json!(result)
+            }
+            OperatorCommand::AcceptRelease {
+                project, server, version, release_hash, accepted_by, ..
+            } => {
+                let key = ServerKey::new(project.clone(), server.clone());
+                match self.servers.get_mut(&key) {
+                    Some(state) => {
+                        state.expect_release(ExpectedRelease {
+                            version: version.clone(),
+                            hash: release_hash.clone(),
+                            accepted_by: accepted_by.clone(),
+                        });
+                        out.dirty.server(key, record);
+                        tracing::info!(server = %server, version, release_hash, by = %accepted_by, "upstream release accepted ahead");
+                        json!({"server_name": server, "version": version, "release_hash": release_hash, "accepted_ahead": true})
+                    }
+                    None => {
+                        json!({"error": format!("server {server:?} has no baseline to accept a release onto")})
+                    }
+                }
             }
             OperatorCommand::SetThresholds { project, thresholds, .. } => match thresholds
                 .validate()

@@ -48,7 +48,7 @@ pub use normal::{
 };
 pub use security::ToolNames;
 pub use surfaces::{carried, diff_surfaces, server_hash, surfaces_empty};
-pub use upcoming::ReportedRelease;
+pub use upcoming::{ExpectedRelease, ReportedRelease};
 
 /// A tool list within `limits`: its size, its tools' names (the rules calls meet), their nesting
 /// ([`ToolListLimits::check`]), and the nodes its references copy in when its tools are normalised
@@ -345,6 +345,9 @@ pub struct ServerState {
     /// (a watcher restarted before it noted the version) reports nothing new.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub upcoming: BTreeMap<String, ReportedRelease>,
+    /// A release accepted ahead: a list equal to it becomes the baseline when it arrives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<ExpectedRelease>,
 }
 
 /// Bumped whenever normalisation changes what a hash covers (3: the hash of a list is a hash of its tools'
@@ -571,13 +574,16 @@ impl ServerState {
         self.observed = Some(current);
         self.last_check_drifted = true;
         let policy = acceptance.policy;
-        let accept_now = match policy {
-            BaselinePolicy::Manual => false,
-            BaselinePolicy::Auto => true,
-            BaselinePolicy::Compatible => {
-                event.max_classification.is_none_or(|worst| worst == Classification::Compatible)
-            }
-        };
+        // A release accepted ahead arrived: the operator read its changes before it ran.
+        let ahead = self.take_expected(&event.current_hash);
+        let accept_now = ahead.is_some()
+            || match policy {
+                BaselinePolicy::Manual => false,
+                BaselinePolicy::Auto => true,
+                BaselinePolicy::Compatible => {
+                    event.max_classification.is_none_or(|worst| worst == Classification::Compatible)
+                }
+            };
         let mut event = event;
         self.open_events.push(event.id.clone());
         if !accept_now {
@@ -586,17 +592,19 @@ impl ServerState {
             }
             return (vec![ToolListOutput::DriftEvent(event)], cost);
         }
-        let mut outputs = self.accept(AUTO_ACCEPTOR, context);
+        let acceptor = ahead.as_ref().map_or_else(|| AUTO_ACCEPTOR.to_owned(), ExpectedRelease::acceptor);
+        let mut outputs = self.accept(&acceptor, context);
         // The new event is recorded as accepted rather than opened and closed.
         outputs
             .retain(|o| !matches!(o, ToolListOutput::EventClosed { event_id, .. } if *event_id == event.id));
         event.status = EventStatus::Accepted;
-        event.accepted_by = Some(AUTO_ACCEPTOR.to_owned());
+        event.accepted_by = Some(acceptor);
         event.accepted_at = Some(context.at);
         outputs.insert(0, ToolListOutput::DriftEvent(event));
         // Under `auto` the baseline moved, but this check still saw drift (LangSight's sequence: DEGRADED
-        // once, then UP). A compatible change is no reason to look at the server at all: it stays UP.
-        self.last_check_drifted = policy == BaselinePolicy::Auto;
+        // once, then UP). A compatible change, or a release accepted ahead, is no reason to look at the
+        // server at all: it stays UP.
+        self.last_check_drifted = policy == BaselinePolicy::Auto && ahead.is_none();
         (outputs, cost)
     }
 

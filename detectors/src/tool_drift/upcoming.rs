@@ -23,7 +23,36 @@ pub struct ReportedRelease {
     pub baseline_hash: Option<String>,
 }
 
+/// An upcoming release an operator accepted ahead: a list with its hash becomes the baseline on arrival.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpectedRelease {
+    pub version: String,
+    /// Short hash of the release's list.
+    pub hash: String,
+    pub accepted_by: String,
+}
+
+impl ExpectedRelease {
+    /// Who the acceptance is recorded as by.
+    pub fn acceptor(&self) -> String {
+        format!("{} (ahead, release {})", self.accepted_by, self.version)
+    }
+}
+
 impl ServerState {
+    /// An operator accepts a release ahead (the newest acceptance replaces an older one).
+    pub fn expect_release(&mut self, expected: ExpectedRelease) {
+        self.expected = Some(expected);
+    }
+
+    /// The acceptance ahead that a new list with `short` (its short hash) meets, taken.
+    pub(super) fn take_expected(&mut self, short: &str) -> Option<ExpectedRelease> {
+        match &self.expected {
+            Some(expected) if expected.hash == short => self.expected.take(),
+            _ => None,
+        }
+    }
+
     /// A release not yet running, captured by the upstream watcher: diffed against the baseline with the
     /// rules of drift, and reported once per release, list and baseline. The server's baseline, newest
     /// snapshot, open events and status are not touched. `None` when this release was reported already.

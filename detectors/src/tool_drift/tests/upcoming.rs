@@ -26,9 +26,12 @@ fn value(text: &str) -> Value {
     serde_json::from_str(text).expect("json")
 }
 
+/// One step: a release (version, capture error) with its list, or None with the running server's list.
+type Step<'a> = (Option<(&'a str, Option<&'a str>)>, &'a str);
+
 /// Observes `steps` (a release's version and list, or None for a snapshot of the running server) in order;
 /// answers per release what was reported: None, or its rendered changes (`error: …` for a failed capture).
-fn check(steps: &[(Option<(&str, Option<&str>)>, &str)], expected: &[Option<Vec<&str>>]) {
+fn check(steps: &[Step], expected: &[Option<Vec<&str>>]) {
     let mut state = ServerState::default();
     let mut reported = Vec::new();
     for (offset, (step, tools)) in steps.iter().enumerate() {
