@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/driftline
 
-.PHONY: bench-repeats bench-volume-smoke bench-scale bench-scale-smoke fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
+.PHONY: sandbox bench-repeats bench-volume-smoke bench-scale bench-scale-smoke fuzz fuzz-smoke capture-real-servers run run-distributed bench-distributed helm-check demo test browser-test python-test python-env mcp-servers infra-up infra-down toolchain fmt lint unit bench build clean
 
 ## run: the whole product on embedded defaults (in-process bus and SQLite in ./driftline-data) on 127.0.0.1:8000.
 run: build
@@ -24,7 +24,7 @@ build:
 ## test: formatting, lints, and every test (unit, property, conformance, CLI, end to end, browser).
 # Without incremental state: a clean build (CI) gains nothing from it but gigabytes on disk.
 test: export CARGO_INCREMENTAL ?= 0
-test: toolchain python-env mcp-servers
+test: toolchain python-env mcp-servers sandbox
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@mkdir -p target
@@ -34,7 +34,7 @@ test: toolchain python-env mcp-servers
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory bench-scale-smoke || status=$$?; \
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory bench-volume-smoke || status=$$?; \
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory helm-check || status=$$?; \
-	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; exit $$status
+	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; scripts/upstream-registries.sh down; exit $$status
 	$(MAKE) --no-print-directory browser-test
 	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory fuzz-smoke
@@ -83,7 +83,7 @@ helm-check:
 
 # The dashboard in Debian's headless Chromium, driven by playwright-core from npm (no browser download).
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-browser-test:
+browser-test: sandbox
 	@scripts/ensure-chromium.sh
 	cd tests/browser && npm ci --no-audit --no-fund --loglevel=error
 	$(CARGO) build --locked --bin driftline
@@ -97,6 +97,11 @@ toolchain:
 	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 	@scripts/ensure-debian-packages.sh pkg-config libssl-dev
+
+# The sandbox the upstream watcher starts a release's server in (upstream/src/sandbox.rs): Debian's
+# bubblewrap, and prlimit from util-linux. The tests of tests/upstream.rs need both.
+sandbox:
+	@scripts/ensure-debian-packages.sh bubblewrap util-linux
 
 fmt:
 	$(CARGO) fmt --all

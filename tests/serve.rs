@@ -638,6 +638,9 @@ fn openapi_describes_every_route() {
         "/api/health/dead-letters",
         "/api/servers/{name}/state",
         "/api/tools/{server}/{tool}/state",
+        "/api/upstream",
+        "/api/upstream/{name}",
+        "/api/upstream/{name}/accept",
         "/healthz",
         "/readyz",
     ]);
@@ -654,6 +657,8 @@ fn openapi_describes_every_route() {
         "RecentCall",
         "ToolCallSpan",
         "ErrorBody",
+        "UpcomingRelease",
+        "ServerUpcoming",
     ] {
         assert!(document["components"]["schemas"][schema].is_object(), "no schema {schema}");
     }

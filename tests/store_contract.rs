@@ -151,6 +151,19 @@ fn records() -> Vec<Message> {
         json!({"project": "alpha", "server": "other",
         "probed_at": at(5_000), "error": "connection refused"}),
     ));
+    // Upcoming releases: one of srv's package that drops a tool, and one that could not be captured.
+    let release = |version: &str, tools: Value, error: Option<&str>| {
+        let snapshot = json!({"project": "alpha", "server": "srv", "captured_at": at(6_000), "source": "upstream",
+            "tools": tools, "release": {"package": "npm:@scope/srv", "version": version,
+            "released_at": at(5_500), "pin": format!("@scope/srv@{version}"), "error": error}});
+        Message {
+            topic: Topic::ToolLists,
+            key: "alpha/srv".into(),
+            payload: snapshot.to_string().into_bytes(),
+        }
+    };
+    records.push(release("9.0.0", json!([{"name": "search", "inputSchema": {"type": "object"}}]), None));
+    records.push(release("9.1.0", json!([]), Some("install: npm exited with 1")));
     // Forgetting: a tool called once, then freed; a server seen, then freed (its row goes, history stays).
     records.push(span("alpha", "gone", 0, "s0", json!({"a": 1})));
     records.push(command(
@@ -298,6 +311,9 @@ async fn views(store: &dyn QueryStore, project: &str) -> Value {
         "recent_calls": store.recent_calls(project, "srv", "search", at(-3_600_000), 5).await.expect("calls"),
         "drift_impact": impact,
         "timelines": timelines,
+        "upcoming": store.upcoming(project, None).await.expect("upcoming"),
+        "upcoming/srv": store.upcoming(project, Some("srv")).await.expect("upcoming").len(),
+        "upcoming/other": store.upcoming(project, Some("other")).await.expect("upcoming").len(),
     })
 }
 

@@ -359,7 +359,7 @@ fn the_watcher_reports_an_upcoming_release_with_its_impact_once_across_kill_9() 
     assert_eq!(body["classification"], "BREAKING");
     assert_eq!(body["release"], format!("{WEATHER_NPM} 1.1.0"));
     assert!(
-        body["note"].as_str().is_some_and(|n| n.contains("@driftline-test/weather-server@1.1.0")),
+        body["note"].as_str().is_some_and(|n| n.contains("pin it: @driftline-test/weather-server@1.0.0")),
         "{body}"
     );
     let affected = body["affected_agents"].as_array().expect("affected agents");

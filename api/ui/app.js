@@ -146,8 +146,8 @@ function deadLetterNotice(counts) {
 }
 
 async function serversPage() {
-  const [servers, dead] = await Promise.all([
-    get('/api/health/servers'), get('/api/health/dead-letters').catch(() => [])]);
+  const [servers, dead, releases] = await Promise.all([
+    get('/api/health/servers'), get('/api/health/dead-letters').catch(() => []), get('/api/upstream').catch(() => [])]);
   const notice = deadLetterNotice(dead);
   if (servers.length === 0) {
     return [h('h1', {}, 'Servers'), notice, emptyBox(
@@ -162,7 +162,7 @@ async function serversPage() {
       onkeydown: (e) => { if (e.key === 'Enter') go(); } },
       h('td', {}, h('a', { href: `#/servers/${encodeURIComponent(s.server_name)}/drift` }, s.server_name),
         s.max_severity === 'high' ? h('div', { class: 'security-banner' }, '⚠ high-severity security flag') : null,
-        contractChip(s)),
+        contractChip(s), releaseLine(s, releases)),
       h('td', {}, statusChip(s.status)),
       h('td', { class: 'mono' }, s.schema_hash || '—'),
       h('td', {}, String(s.tool_count)),
@@ -829,6 +829,104 @@ async function settingsPage() {
   return [h('h1', {}, 'Settings'), form, tile];
 }
 
+// ---------- upcoming releases (the upstream watcher) ----------
+
+// Under a server's name: the release in use and the newest seen, with its verdict.
+function releaseLine(server, releases) {
+  const newest = releases.find((r) => r.server_name === server.server_name);
+  if (!newest) return null;
+  const inUse = releaseInUse(server, releases);
+  const text = inUse === newest.version ? `release ${inUse} (newest)` : `release ${inUse || '?'} → ${newest.version} (${releaseVerdict(newest)})`;
+  return h('div', { class: 'release-line' },
+    h('a', { href: `#/upcoming/${encodeURIComponent(server.server_name)}`, onclick: (e) => e.stopPropagation() }, text));
+}
+
+// The release whose list is the server's current list is the one it runs, as far as its list tells.
+function releaseInUse(server, releases) {
+  const found = server && server.schema_hash
+    ? releases.find((r) => !r.error && r.server_name === server.server_name && r.release_hash === server.schema_hash)
+    : null;
+  return found ? found.version : null;
+}
+
+const releaseVerdict = (r) => (r.error ? 'not captured' : (r.max_classification || 'no change'));
+
+function verdictChip(r) {
+  const verdict = releaseVerdict(r);
+  return h('span', { class: `badge ${r.error ? 'not-captured' : (r.max_classification || 'none')}`, 'data-verdict': verdict }, verdict);
+}
+
+async function upcomingPage() {
+  const [releases, servers] = await Promise.all([get('/api/upstream'), get('/api/health/servers')]);
+  if (!releases.length) {
+    return [h('h1', {}, 'Upcoming releases'), emptyBox(
+      'No releases seen yet. Name a server\'s package in an [[upstream]] entry of the configuration and driftline',
+      'captures each new release in a sandbox and shows here what it would change before your agents run it.',
+      'See "Watch a server\'s next release" in the README.')];
+  }
+  const newest = new Map();
+  for (const r of releases) if (!newest.has(r.server_name)) newest.set(r.server_name, r);
+  const rows = [...newest.values()].map((r) => {
+    const inUse = releaseInUse(servers.find((s) => s.server_name === r.server_name), releases);
+    return h('tr', { 'data-server': r.server_name },
+      h('td', {}, h('a', { href: `#/upcoming/${encodeURIComponent(r.server_name)}` }, r.server_name)),
+      h('td', { class: 'mono' }, r.package),
+      h('td', { class: 'in-use' }, inUse || '?'),
+      h('td', { class: 'newest' }, r.version),
+      h('td', {}, when(r.released_at)),
+      h('td', {}, verdictChip(r)),
+      h('td', { class: 'mono' }, r.pin || '—'));
+  });
+  return [h('h1', {}, 'Upcoming releases'),
+    h('p', { class: 'muted' }, 'Each watched server\'s newest release, captured in a sandbox and compared with what the server runs now. The server\'s status does not change.'),
+    h('div', { class: 'table-wrap' }, h('table', { id: 'upcoming' },
+      h('thead', {}, h('tr', {}, ['Server', 'Package', 'In use', 'Newest', 'Released', 'Verdict', 'Pin to stay'].map((t) => h('th', {}, t)))),
+      h('tbody', {}, rows)))];
+}
+
+function releaseCard(server, release, impact, onAccepted) {
+  const accept = !release.error && release.max_classification ? h('button', { type: 'button', class: 'primary accept-ahead', onclick: async () => {
+    if (!confirm(`Accept ${release.package} ${release.version} ahead? When ${server} runs it, its list becomes the baseline.`)) return;
+    accept.disabled = true;
+    try {
+      await api(`/api/upstream/${encodeURIComponent(server)}/accept`, { method: 'POST', body: JSON.stringify({ version: release.version }) });
+      accept.replaceWith(h('p', { class: 'form-ok', role: 'status' }, `Accepted ahead: ${release.version} becomes the baseline when ${server} runs it.`));
+      onAccepted();
+    } catch (err) {
+      accept.disabled = false;
+      accept.after(errorBox(err.message));
+    }
+  } }, 'Accept ahead') : null;
+  return h('article', { class: `card release worst-${release.max_classification || 'none'}`, 'data-version': release.version },
+    h('div', { class: 'event-head' },
+      h('strong', {}, `${release.package} ${release.version}`), ' ', verdictChip(release),
+      h('span', {}, `released ${when(release.released_at)} · captured ${when(release.detected_at)}`),
+      release.max_severity === 'high' ? h('span', { class: 'security-banner' }, '⚠ high-severity security flag') : null),
+    release.error ? h('div', { class: 'error release-error', role: 'note' }, `Not captured: ${release.error}`) : null,
+    !release.error && !release.changes.length ? h('p', {}, release.baseline_hash
+      ? 'Same tools as the baseline.' : 'The server had no baseline to compare with.') : null,
+    release.changes.map((c) => changeView(c, release.detected_at)),
+    unlistedNote(release),
+    release.context_cost ? h('p', { class: 'context-cost' }, `Context cost (o200k_base): ${release.context_cost.summary}`) : null,
+    release.pin && release.max_classification ? h('p', { class: 'pin' }, 'To stay on the version in use, pin it: ', h('code', {}, release.pin)) : null,
+    impact ? h('div', { class: 'impact', id: 'upcoming-impact' }, h('h3', {}, `Whose calls it would break (${impact.hours} h)`),
+      impact.impact.length ? impact.impact.map((i) => h('div', { class: 'impact-tool', 'data-tool': i.tool_name },
+        h('strong', {}, i.tool_name),
+        h('span', { class: 'consequence' }, i.removed
+          ? ` · removed: all ${i.rejected_calls} calls would fail`
+          : ` · ${i.rejected_calls} calls the new input schema would reject`),
+        impactTable(i.impact))) : h('p', { class: 'no-callers' }, 'No recent calls of the tools it changes.')) : null,
+    h('div', { class: 'actions' }, accept));
+}
+
+async function upcomingServerPage(server) {
+  const page = await get(`/api/upstream/${encodeURIComponent(server)}?hours=24`);
+  if (!page.releases.length) return [h('h1', {}, `${server} — upcoming`), emptyBox(`No release of ${server}'s package seen yet.`)];
+  return [h('h1', {}, `${server} — upcoming`),
+    h('p', {}, h('a', { href: '#/upcoming' }, '← all servers'), ' · ', h('a', { href: `#/servers/${encodeURIComponent(server)}/drift` }, 'the server now')),
+    page.releases.map((r, i) => releaseCard(server, r, i === 0 ? page : null, () => {}))];
+}
+
 // ---------- routing ----------
 
 async function route() {
@@ -843,6 +941,7 @@ async function route() {
     if (section === 'servers' && parts[1]) content = await serverPage(parts[1], parts[2] || 'drift', parts[3] || null);
     else if (section === 'tools') content = [h('h1', {}, 'Tools'), ...(await toolsTab(null))];
     else if (section === 'shape-drift') content = [h('h1', {}, 'Shape drift'), ...[await shapeDriftTab(null)].flat()];
+    else if (section === 'upcoming') content = parts[1] ? await upcomingServerPage(parts[1]) : await upcomingPage();
     else if (section === 'settings') content = await settingsPage();
     else content = await serversPage();
     show(...[content].flat(2).filter(Boolean));

@@ -56,7 +56,11 @@ pub(crate) async fn affected_agents(
                 Some(_) if !upcoming => {
                     format!("{tool}: {} — {}", consumer.agent_name, consumer.real_calls())
                 }
-                _ => format!("{tool}: {} — {calls} calls in {HOURS}h", consumer.agent_name),
+                _ => format!(
+                    "{tool}: {} — {calls} call{} in {HOURS}h",
+                    consumer.agent_name,
+                    if calls == 1 { "" } else { "s" }
+                ),
             };
             lines.push(line);
         }

@@ -1,6 +1,6 @@
 //! The request bodies: the notification as JSON, or a Slack incoming-webhook message (blocks). Pure.
 
-use driftline_schemas::{Notification, NotificationKind};
+use driftline_schemas::{Classification, Notification, NotificationKind};
 use serde_json::{json, Value};
 
 /// Slack section text may hold 3,000 characters; server text is cut well before.
@@ -73,7 +73,12 @@ fn headline(notification: &Notification) -> String {
         }
         NotificationKind::Upcoming => {
             let release = escape(notification.release.as_deref().unwrap_or("the next release"), 160);
-            let worst = notification.classification.map_or("CHANGE", |c| c.as_str());
+            // "would BREAK 2 tools of files", "would change 1 tool of files (WARNING)".
+            let (verb, mark) = match notification.classification {
+                Some(Classification::Breaking) => ("BREAK", String::new()),
+                Some(other) => ("change", format!(" ({})", other.as_str())),
+                None => ("change", String::new()),
+            };
             let worst_class = notification.classification;
             let mut tools: Vec<&str> = notification
                 .top_changes
@@ -84,9 +89,9 @@ fn headline(notification: &Notification) -> String {
             tools.sort_unstable();
             tools.dedup();
             match tools.len() {
-                0 => format!("{release} would {worst} {server}"),
-                1 => format!("{release} would {worst} 1 tool of {server}"),
-                n => format!("{release} would {worst} {n} tools of {server}"),
+                0 => format!("{release} would {verb} {server}{mark}"),
+                1 => format!("{release} would {verb} 1 tool of {server}{mark}"),
+                n => format!("{release} would {verb} {n} tools of {server}{mark}"),
             }
         }
     }
@@ -199,9 +204,7 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use driftline_schemas::{
-        ChangeType, Classification, SchemaChange, SchemaDriftEvent, SecurityFlag, Severity, Timestamp,
-    };
+    use driftline_schemas::{ChangeType, SchemaChange, SchemaDriftEvent, SecurityFlag, Severity, Timestamp};
 
     fn event() -> SchemaDriftEvent {
         let change = |change_type, classification, tool: &str, path: &str| SchemaChange {
@@ -298,6 +301,28 @@ mod tests {
         assert!(text.contains("*Affected agents (24h)*"), "{text}");
         assert!(text.contains("• search: planner — 23 of 24 calls would be rejected"), "{text}");
         assert!(text.contains("&lt;b&gt;bot&lt;/b&gt;") && !text.contains("<b>"), "{text}");
+    }
+
+    /// The headline of an upcoming release, from the event's changes under `classification`.
+    fn check_upcoming_headline(classification: Option<Classification>, expected: &str) {
+        let mut notification = Notification::drift(&event());
+        notification.kind = NotificationKind::Upcoming;
+        notification.release = Some("npm:@scope/search 2.0.0".into());
+        notification.classification = classification;
+        assert_eq!(headline(&notification), expected);
+    }
+
+    #[test]
+    fn an_upcoming_headline_says_what_the_release_would_do() {
+        check_upcoming_headline(
+            Some(Classification::Breaking),
+            "npm:@scope/search 2.0.0 would BREAK 1 tool of search mcp",
+        );
+        check_upcoming_headline(
+            Some(Classification::Warning),
+            "npm:@scope/search 2.0.0 would change 1 tool of search mcp (WARNING)",
+        );
+        check_upcoming_headline(None, "npm:@scope/search 2.0.0 would change search mcp");
     }
 
     #[test]

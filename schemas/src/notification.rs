@@ -142,10 +142,16 @@ impl Notification {
             security_flags: summary.security_flags,
             security_flags_total: summary.security_flags_total,
             max_severity: release.max_severity,
-            note: Some(format!(
-                "{} {}{released}; to stay on the version in use, pin it: {}",
-                release.package, release.version, release.pin
-            )),
+            note: Some(match release.pin.as_str() {
+                "" => format!(
+                    "{} {}{released}; to stay on the version in use, pin it",
+                    release.package, release.version
+                ),
+                pin => format!(
+                    "{} {}{released}; to stay on the version in use, pin it: {pin}",
+                    release.package, release.version
+                ),
+            }),
             tool: None,
             affected_agents: Vec::new(),
             context_cost: release.context_cost.as_ref().map(|change| change.summary.clone()),

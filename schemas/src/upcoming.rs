@@ -19,7 +19,8 @@ pub struct UpcomingRelease {
     /// `npm:@scope/name` or `pypi:name`.
     pub package: String,
     pub version: String,
-    /// The pin that keeps the version in use (`@scope/name@1.2.3`, `name==1.2.3`), for the advice.
+    /// The pin that keeps the version in use (`@scope/name@1.2.3`, `name==1.2.3`), for the advice; empty
+    /// while the version in use is unknown (no release captured so far had the server's current list).
     pub pin: String,
     #[serde(default)]
     pub released_at: Option<Timestamp>,

@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -697,6 +697,83 @@ test('records the detector refused are shown on the server list, hostile names a
     await page.close();
   } finally {
     own.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('upcoming: the watcher captures a new npm release in the sandbox; the tab shows version in use, verdict, pin, impact, and accepts ahead', async () => {
+  // Real registry software (verdaccio) with the test server's 1.0.0, then its 1.1.0 (scripts/upstream-registries.sh).
+  const registries = (...args) => execFileSync(path.resolve('../../scripts/upstream-registries.sh'), args, { stdio: ['ignore', 'ignore', 'inherit'] });
+  registries('up');
+  registries('publish-npm', path.resolve('../upstream/npm/weather-1.0.0'));
+  const env = Object.fromEntries(readFileSync(path.resolve('../../target/upstream/env'), 'utf8').trim().split('\n').map((l) => l.split(/=(.*)/s).slice(0, 2)));
+  const dir = mkdtempSync(path.join(tmpdir(), 'driftline-ui-upstream-'));
+  const config = path.join(dir, 'driftline.toml');
+  writeFileSync(config, [
+    '[[upstream]]', 'package = "npm:@driftline-test/weather-server"', 'server = "weather"', '',
+    '[upstream_watcher]', `npm_registry = ${JSON.stringify(env.NPM_REGISTRY)}`, 'npm_interval_seconds = 1', '',
+  ].join('\n'));
+  const own = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', dir, '--config', config], {
+    stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn' },
+  });
+  try {
+    const base = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
+      createInterface({ input: own.stdout }).once('line', (line) => {
+        clearTimeout(timer);
+        resolve(line.replace('driftline listening on ', '').trim());
+      });
+    });
+    const tools = JSON.parse(readFileSync(path.resolve('../upstream/lists/weather-npm-1.0.0.json'), 'utf8'));
+    const put = await fetch(`${base}/api/servers/weather/tools`, { method: 'PUT', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ tools }) });
+    assert.equal(put.status, 202, await put.text());
+    const spans = ['planner', 'planner', 'researcher'].map((agent, i) => ({ span_id: `u-${i}`, server: 'weather', tool: 'get_alerts', agent_name: agent,
+      started_at: new Date().toISOString(), duration_ms: 5, status: 'success', return_value: { alerts: [] } }));
+    const sent = await fetch(`${base}/v1/spans`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(spans) });
+    assert.equal(sent.status, 202);
+    const releases = async (count, what) => {
+      const deadline = Date.now() + 180_000;
+      for (;;) {
+        const seen = await fetch(`${base}/api/upstream`).then((r) => r.json(), () => []);
+        if (seen.length >= count) return seen;
+        assert.ok(Date.now() < deadline, `${what} within 180 s: ${JSON.stringify(seen)}`);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    };
+    await releases(1, 'the watcher captured 1.0.0');
+    registries('publish-npm', path.resolve('../upstream/npm/weather-1.1.0'));
+    const seen = await releases(2, 'the watcher captured 1.1.0');
+    assert.equal(seen[0].version, '1.1.0', JSON.stringify(seen[0]));
+    assert.equal(seen[0].max_classification, 'BREAKING', JSON.stringify(seen[0]));
+
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.on('dialog', (dialog) => dialog.accept());
+    await page.goto(base);
+    const line = page.locator('#servers tr[data-server="weather"] .release-line');
+    assert.equal(await line.innerText(), 'release 1.0.0 → 1.1.0 (BREAKING)');
+    // The server itself stays UP: the release is upcoming, not drift.
+    await page.locator('#servers tr[data-server="weather"] .status-UP').waitFor();
+    await page.locator('nav[aria-label="Main"] a[data-nav="upcoming"]').click();
+    const row = page.locator('#upcoming tr[data-server="weather"]');
+    await row.waitFor();
+    assert.equal(await row.locator('.in-use').innerText(), '1.0.0');
+    assert.equal(await row.locator('.newest').innerText(), '1.1.0');
+    assert.match(await row.innerText(), /BREAKING[\s\S]*@driftline-test\/weather-server@1\.0\.0/);
+    console.log(`upcoming: ${await shot(page, 'upcoming')}`);
+    await row.locator('a').click();
+    const card = page.locator('article.release[data-version="1.1.0"]');
+    await card.waitFor();
+    assert.equal(await card.locator('.change[data-change="tool_removed"]').count(), 1);
+    assert.match(await card.locator('.pin').innerText(), /pin it: @driftline-test\/weather-server@1\.0\.0/);
+    const removed = card.locator('.impact-tool[data-tool="get_alerts"]');
+    assert.match(await removed.innerText(), /removed: all 3 calls would fail[\s\S]*planner[\s\S]*researcher/);
+    console.log(`upcoming release: ${await shot(page, 'upcoming-release')}`);
+    await card.locator('button.accept-ahead').click();
+    assert.match(await card.locator('.form-ok').innerText(), /Accepted ahead: 1\.1\.0/);
+    await page.close();
+  } finally {
+    own.kill();
+    registries('down');
     rmSync(dir, { recursive: true, force: true });
   }
 });

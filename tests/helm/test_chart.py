@@ -31,7 +31,7 @@ WITH_KEY = [
     "--set", "secrets.apiKeys[0].sha256=" + "ab" * 32,
 ]
 STAGES = ["api", "detect", "ingest"]
-SINGLE_STAGES = ["notify", "probe"]
+SINGLE_STAGES = ["notify", "probe", "upstream"]
 WEBHOOK_URL = "https://hooks.example.com/services/T0/B0/webhook-token"
 WEBHOOK_SECRET = "webhook-signing-secret"
 # probe and notify enabled: a Streamable HTTP server with a header, a stdio server, a signed Slack webhook.
@@ -50,6 +50,16 @@ SINGLE_VALUES = {
     "config": {
         "otlp": {"servers": [{"address": "tools.internal:8080", "server": "search-mcp"},
                              {"address": "https://gw.example/mcp", "server": "gateway"}]},
+    },
+    "upstream": {
+        "enabled": True,
+        "image": {"repository": "registry.example/driftline-upstream", "tag": "1.0"},
+        "npmIntervalSeconds": 600,
+        "packages": [
+            {"package": "npm:@modelcontextprotocol/server-filesystem", "server": "files",
+             "command": ["mcp-server-filesystem", "/tmp"], "env": {"LOG_LEVEL": "warn"}},
+            {"package": "pypi:mcp-server-fetch", "server": "fetch", "versions": "<2"},
+        ],
     },
     "notify": {
         "enabled": True,
@@ -158,6 +168,8 @@ def test_service_monitor_and_alert_rules_only_when_enabled():
         "DriftlineNotificationsFailing",
         "DriftlineDeadLetters",
         "DriftlineIngest5xx",
+        "DriftlineUpstreamWatcherStopped",
+        "DriftlineUpstreamSandboxUnavailable",
     }
 
 
@@ -209,6 +221,8 @@ def test_probe_and_notify_are_off_by_default():
         [config_map] = of_kind(docs, "ConfigMap")
         assert "[probe]" not in config_map["data"]["driftline.toml"]
         assert "[notify]" not in config_map["data"]["driftline.toml"]
+        assert "upstream" not in config_map["data"]["driftline.toml"]
+        assert not of_kind(docs, "NetworkPolicy")
         for secret in of_kind(docs, "Secret"):
             assert "webhooks.toml" not in secret["stringData"]
 
@@ -280,6 +294,8 @@ def test_the_rendered_probe_and_notify_configuration_loads_in_driftline(tmp_path
     [webhook] = tomllib.loads((tmp_path / "webhooks.toml").read_text())["webhooks"]
     assert webhook == {"url": WEBHOOK_URL, "format": "slack", "min_classification": "breaking",
                        "secret": WEBHOOK_SECRET, "projects": ["default"]}
+    assert parsed["upstream_watcher"]["npm_interval_seconds"] == 600
+    assert parsed["upstream"] == SINGLE_VALUES["upstream"]["packages"]
     # The loader reads the webhooks file: a bad webhook there fails the notify stage's check.
     (tmp_path / "webhooks.toml").write_text('[[webhooks]]\nurl = "ftp://example.com"\n')
     result = check_config(config, "notify")
@@ -287,8 +303,52 @@ def test_the_rendered_probe_and_notify_configuration_loads_in_driftline(tmp_path
     # The rendered servers go through the loader's own checks too.
     result = check_config(rendered_config(tmp_path, *values, "--set", "probe.servers[1].name=bad name"), "probe")
     assert result.returncode == 2 and "probe.servers[1].name" in result.stderr, result.stderr
+    result = check_config(rendered_config(tmp_path, *values, "--set", "upstream.packages[1].package=pypi:../x"), "upstream")
+    assert result.returncode == 2 and "upstream[1].package" in result.stderr, result.stderr
     result = check_config(rendered_config(tmp_path, *values, "--set", "config.otlp.servers[1].server=../x"), "ingest")
     assert result.returncode == 2 and "otlp.servers[1].server" in result.stderr, result.stderr
+
+
+def test_the_upstream_stage_has_its_image_cache_sandbox_profile_and_egress_to_registries_only(tmp_path):
+    docs = render(*single_values(tmp_path), *WITH_KEY)
+    [deployment] = [d for d in of_kind(docs, "Deployment") if d["metadata"]["name"] == "rel-driftline-upstream"]
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["image"] == "registry.example/driftline-upstream:1.0"
+    # bubblewrap's user namespace needs a seccomp profile that allows it; the rest stays locked down.
+    context = container["securityContext"]
+    assert context["seccompProfile"] == {"type": "Unconfined"}
+    assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"]["drop"] == ["ALL"]
+    # The other stages keep the runtime's default profile.
+    for other in of_kind(docs, "Deployment"):
+        if other is not deployment:
+            assert "seccompProfile" not in other["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "upstream-cache"]
+    assert mount["mountPath"] == "/var/cache/driftline-upstream"
+    [volume] = [v for v in pod["volumes"] if v["name"] == "upstream-cache"]
+    assert volume["emptyDir"]["sizeLimit"] == "10Gi"
+    [config_map] = of_kind(docs, "ConfigMap")
+    assert 'cache_dir = "/var/cache/driftline-upstream"' in config_map["data"]["driftline.toml"]
+    docs = render(*single_values(tmp_path), "--set", "upstream.cache.existingClaim=upstream-cache")
+    [deployment] = [d for d in of_kind(docs, "Deployment") if d["metadata"]["name"] == "rel-driftline-upstream"]
+    [volume] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "upstream-cache"]
+    assert volume == {"name": "upstream-cache", "persistentVolumeClaim": {"claimName": "upstream-cache"}}
+    # Egress: DNS, Kafka, and HTTPS outside the private ranges; ingress only to the metrics port.
+    [policy] = of_kind(docs, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "upstream"
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    egress = policy["spec"]["egress"]
+    assert [r["ports"][0]["port"] for r in egress] == [53, 9092, 443]
+    [internet] = egress[2]["to"]
+    assert internet["ipBlock"]["cidr"] == "0.0.0.0/0" and "10.0.0.0/8" in internet["ipBlock"]["except"]
+    # A mirror inside: only its addresses.
+    docs = render(*single_values(tmp_path), "--set", "upstream.networkPolicy.registryCidrs={10.1.2.0/24}",
+                  "--set", "upstream.networkPolicy.registryPort=8443")
+    [policy] = of_kind(docs, "NetworkPolicy")
+    assert policy["spec"]["egress"][2] == {"to": [{"ipBlock": {"cidr": "10.1.2.0/24"}}],
+                                           "ports": [{"port": 8443, "protocol": "TCP"}]}
 
 
 def test_webhook_urls_and_secrets_are_only_in_the_secret(tmp_path):
@@ -313,7 +373,7 @@ def test_alert_rules_pass_promtool():
         ["promtool", "check", "rules", str(CHART / "files" / "driftline-rules.yaml")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 10 rules found" in result.stdout
 
 
 def test_the_grafana_dashboard_reads_driftline_metrics():

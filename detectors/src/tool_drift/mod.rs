@@ -345,6 +345,10 @@ pub struct ServerState {
     /// (a watcher restarted before it noted the version) reports nothing new.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub upcoming: BTreeMap<String, ReportedRelease>,
+    /// The short hashes of captured releases' lists with the newest version that had each, oldest first:
+    /// the release a server runs is the one whose list is its list (for the pin that keeps it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub release_lists: Vec<(String, String)>,
     /// A release accepted ahead: a list equal to it becomes the baseline when it arrives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<ExpectedRelease>,

@@ -39,6 +39,9 @@ impl ExpectedRelease {
     }
 }
 
+/// How many releases' lists a server's state remembers, to tell which release the server runs.
+const RELEASE_LISTS: usize = 32;
+
 impl ServerState {
     /// An operator accepts a release ahead (the newest acceptance replaces an older one).
     pub fn expect_release(&mut self, expected: ExpectedRelease) {
@@ -79,6 +82,10 @@ impl ServerState {
         let index = ToolIndex::reusing(&tools, &known);
         let mut current = HashedTools::indexed(tools, index).with_surfaces(surfaces);
         let baseline_hash = self.baseline.as_ref().map(|baseline| short_hash(&baseline.hash));
+        let in_use = self.release_in_use();
+        if release.error.is_none() {
+            self.remember_release_list(short_hash(&current.hash), &release.version);
+        }
         let reported = ReportedRelease {
             version: release.version.clone(),
             hash: match &release.error {
@@ -99,7 +106,12 @@ impl ServerState {
             server_name: context.server.to_owned(),
             package: release.package.clone(),
             version: release.version.clone(),
-            pin: release.pin.clone(),
+            pin: in_use
+                .filter(|in_use| *in_use != release.version)
+                .and_then(|in_use| {
+                    release.pin.strip_suffix(&release.version).map(|name| format!("{name}{in_use}"))
+                })
+                .unwrap_or_default(),
             released_at: release.released_at,
             detected_at: context.at,
             baseline_hash,
@@ -125,5 +137,18 @@ impl ServerState {
             upcoming.context_cost = event.context_cost;
         }
         Some(upcoming)
+    }
+
+    /// The release whose captured list is the server's current list, as far as the releases seen tell.
+    fn release_in_use(&self) -> Option<String> {
+        let running = short_hash(&self.observed.as_ref().or(self.baseline.as_ref())?.hash);
+        self.release_lists.iter().rev().find(|(hash, _)| *hash == running).map(|(_, version)| version.clone())
+    }
+
+    fn remember_release_list(&mut self, hash: String, version: &str) {
+        self.release_lists.retain(|(known, _)| *known != hash);
+        self.release_lists.push((hash, version.to_owned()));
+        let excess = self.release_lists.len().saturating_sub(RELEASE_LISTS);
+        self.release_lists.drain(..excess);
     }
 }

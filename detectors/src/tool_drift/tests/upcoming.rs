@@ -103,7 +103,8 @@ fn a_release_is_diffed_against_the_baseline_once() {
     check(&[(None, V1), (Some(("1.0.0", None)), V1)], &[Some(vec![])]);
     // Without a baseline there is nothing to diff against: reported with no change.
     check(&[(Some(("1.0.0", None)), V1)], &[Some(vec![])]);
-    // A new baseline (the operator accepted, or the server moved) makes the same release news again.
+    // The server running the release (its new list open as drift, the baseline as it was) does not make
+    // the release news again.
     check(
         &[(None, V1), (Some(("2.0.0", None)), V2), (None, V2), (Some(("2.0.0", None)), V2)],
         &[Some(breaking), None],
@@ -117,4 +118,40 @@ fn a_release_is_diffed_against_the_baseline_once() {
         ],
         &[Some(vec!["error: install: timed out"]), None],
     );
+}
+
+/// The advice pins the release whose list the server runs, once a captured release had that list.
+fn check_pin(steps: &[Step], expected_pin: &str) {
+    let mut state = ServerState::default();
+    let mut pin = None;
+    for (offset, (step, tools)) in steps.iter().enumerate() {
+        let context = context(offset as u64 + 1);
+        match step {
+            None => {
+                state.observe_tools(list(value(tools)), context, Acceptance::default());
+            }
+            Some((version, error)) => {
+                let upcoming = state.observe_release(
+                    list(value(tools)),
+                    None,
+                    &release(version, *error),
+                    context,
+                    Acceptance::default(),
+                );
+                pin = upcoming.map(|u| u.pin);
+            }
+        }
+    }
+    assert_eq!(pin.as_deref(), Some(expected_pin), "{steps:?}");
+}
+
+#[test]
+fn the_pin_names_the_release_in_use() {
+    check_pin(&[(None, V1), (Some(("1.0.0", None)), V1), (Some(("2.0.0", None)), V2)], "@scope/server@1.0.0");
+    // No release seen had the server's list: the version in use is unknown.
+    check_pin(&[(None, V1), (Some(("2.0.0", None)), V2)], "");
+    // A failed capture tells nothing of its list.
+    check_pin(&[(None, V1), (Some(("1.0.0", Some("timed out"))), "[]"), (Some(("2.0.0", None)), V2)], "");
+    // The release that runs now needs no pin.
+    check_pin(&[(None, V1), (Some(("1.0.0", None)), V1), (Some(("1.0.0", None)), V2)], "");
 }
