@@ -139,7 +139,7 @@ const TOOL_DRIFT_LAYERS: &[&[&str]] = &[
     &["canonical", "keywords", "node", "parallel", "classify", "explain", "security"],
     &["refs", "equivalences"],
     &["normal"],
-    &["digest", "declared"],
+    &["digest", "declared", "limits"],
     &["index"],
     &["hashes", "diff", "cost"],
     &["surfaces"],

@@ -8,6 +8,7 @@ mod demo;
 mod diff;
 mod ignore;
 mod impact;
+mod releases;
 mod replay;
 mod reports;
 mod shape;

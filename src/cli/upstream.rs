@@ -16,8 +16,9 @@ use driftline_upstream::{
 };
 use serde_json::{json, Value};
 
-use super::client::{release_summary, Api, Connection};
+use super::client::{Api, Connection};
 use super::diff::{self, FailOn, Input, ReportArgs};
+use super::releases::release_summary;
 use super::{Format, Unreachable, EXIT_DRIFT, EXIT_OK};
 
 #[derive(Debug, Subcommand)]
