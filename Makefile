@@ -34,7 +34,8 @@ test: toolchain python-env mcp-servers sandbox
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory bench-scale-smoke || status=$$?; \
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory bench-volume-smoke || status=$$?; \
 	    [ $$status != 0 ] || $(MAKE) --no-print-directory helm-check || status=$$?; \
-	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; scripts/upstream-registries.sh down; exit $$status
+	    deploy/local/kafka.sh down; deploy/local/clickhouse.sh down; scripts/upstream-registries.sh down; \
+	    scripts/mcp-registry.sh down; exit $$status
 	$(MAKE) --no-print-directory browser-test
 	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory fuzz-smoke

@@ -118,6 +118,108 @@ fn weather_changes() -> Vec<(String, String, String, String)> {
     ]
 }
 
+const WEATHER_MCP_REGISTRY: &str =
+    "mcp-registry:io.modelcontextprotocol.anonymous/driftline-test-weather-npm";
+
+/// The official MCP Registry (`scripts/mcp-registry.sh`, built from its Go module) with both versions of
+/// the npm weather server published; its address.
+fn fresh_mcp_registry() -> String {
+    let run = |args: &[&str]| {
+        let output = Command::new(repo().join("scripts/mcp-registry.sh"))
+            .args(args)
+            .output()
+            .expect("run scripts/mcp-registry.sh");
+        assert!(
+            output.status.success(),
+            "scripts/mcp-registry.sh {args:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run(&["up"]);
+    for version in ["1.0.0", "1.1.0"] {
+        let file = repo().join(format!("tests/upstream/mcp-registry/weather-npm-{version}.json"));
+        run(&["publish", &file.display().to_string()]);
+    }
+    let env =
+        std::fs::read_to_string(repo().join("target/mcp-registry/env")).expect("target/mcp-registry/env");
+    env.lines()
+        .find_map(|line| line.strip_prefix("MCP_REGISTRY="))
+        .expect("MCP_REGISTRY in target/mcp-registry/env")
+        .to_owned()
+}
+
+#[test]
+fn check_follows_an_mcp_registry_name_to_its_package() {
+    let _turn = REGISTRIES.lock().unwrap_or_else(|e| e.into_inner());
+    let registries = fresh_registries(&["weather-1.0.0", "weather-1.1.0"], &[]);
+    let mcp_registry = fresh_mcp_registry();
+    let cache = temp_dir("upstream-check-mcp-registry");
+    let baseline = list("weather-npm-1.0.0.json");
+    let extra = |more: &'static [&'static str]| {
+        let mut args = vec!["--mcp-registry", mcp_registry.as_str(), "--format", "json"];
+        args.extend(more);
+        args
+    };
+    // The registry's 1.0.0 names the package's 1.0.0: the list the baseline was captured from.
+    let (code, stdout, stderr) =
+        check(&registries, &cache, &format!("{WEATHER_MCP_REGISTRY}@1.0.0"), &baseline, &extra(&[]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stderr.contains("runs @driftline-test/weather-server@1.0.0"), "{stderr}");
+    // Its newest names 1.1.0, which breaks two tools.
+    let (code, stdout, stderr) = check(&registries, &cache, WEATHER_MCP_REGISTRY, &baseline, &extra(&[]));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("runs @driftline-test/weather-server@1.1.0"), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).expect("json report");
+    assert_eq!(changes_of(&report), weather_changes());
+    // A server the registry does not list, and a version it does not have: it could not check (3).
+    for missing in [
+        "mcp-registry:io.modelcontextprotocol.anonymous/no-such-server".to_owned(),
+        format!("{WEATHER_MCP_REGISTRY}@9.9.9"),
+    ] {
+        let (code, stdout, stderr) = check(&registries, &cache, &missing, &baseline, &extra(&[]));
+        assert_eq!(code, 3, "{missing}: {stdout}{stderr}");
+    }
+    // A name that is not one is a usage error before anything is asked.
+    let (code, _, stderr) = check(&registries, &cache, "mcp-registry:../etc", &baseline, &extra(&[]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not an MCP Registry server name"), "{stderr}");
+    // The watcher follows the name too: the registry's newest version names 1.1.0, captured as the
+    // server's upcoming release (the package's, with its pin), with the server's status untouched.
+    let data = temp_dir("upstream-watch-mcp-registry");
+    let server = Server::start(&data, None, &[]);
+    let tools: Value = serde_json::from_slice(&std::fs::read(&baseline).expect("list")).expect("json");
+    let reply = server.client(None).put_json("/api/servers/weather/tools", &json!({ "tools": tools }));
+    assert_eq!(reply.0, 202, "{}", reply.1);
+    server.client(None).wait_for("/api/health/servers/weather", "the baseline", |h| h["tool_count"] == 2);
+    let _ = server.terminate();
+    let config = data.join("driftline.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[upstream]]\npackage = \"{WEATHER_MCP_REGISTRY}\"\nserver = \"weather\"\n\n\
+             [upstream_watcher]\nnpm_registry = \"{}\"\nmcp_registry = \"{mcp_registry}\"\n\
+             mcp_registry_interval_seconds = 1\n",
+            registries.npm
+        ),
+    )
+    .expect("write the configuration");
+    let server = Server::start(&data, Some(&config), &[]);
+    let client = server.client(None);
+    let releases =
+        client.wait_for_within(180, "/api/upstream", "the registry's newest release", |releases| {
+            releases.as_array().is_some_and(|r| r.iter().any(|r| r["version"] == "1.1.0"))
+        });
+    let release =
+        releases.as_array().and_then(|r| r.iter().find(|r| r["version"] == "1.1.0")).expect("1.1.0");
+    assert_eq!(release["package"], WEATHER_NPM, "{release}");
+    assert_eq!(changes_of(release), weather_changes(), "{release}");
+    let health = client.get("/api/health/servers/weather").1;
+    assert_eq!(health["status"], "UP", "{health}");
+    server.kill();
+    let _ = Command::new(repo().join("scripts/mcp-registry.sh")).arg("down").output();
+}
+
 #[test]
 fn check_exits_1_on_a_breaking_release_0_on_the_same_and_3_when_it_cannot_install() {
     let _turn = REGISTRIES.lock().unwrap_or_else(|e| e.into_inner());

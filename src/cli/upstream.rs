@@ -11,9 +11,7 @@ use anyhow::{anyhow, Context};
 use clap::{Args, Subcommand};
 use driftline_schemas::api::{ServerHealth, ToolSchema};
 use driftline_schemas::{Classification, UpcomingRelease};
-use driftline_upstream::{
-    Follow, Launch, PackageSpec, Registries, Upstream, UpstreamError, UpstreamSettings,
-};
+use driftline_upstream::{Follow, Launch, Registries, SourceSpec, Upstream, UpstreamError, UpstreamSettings};
 use serde_json::{json, Value};
 
 use super::client::{Api, Connection};
@@ -46,8 +44,9 @@ pub enum UpstreamCommand {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The release: npm:NAME, npm:@SCOPE/NAME or pypi:NAME, with @VERSION (or ==VERSION for PyPI);
-    /// without one, the newest release on the registry.
+    /// The release: npm:NAME, npm:@SCOPE/NAME or pypi:NAME, with @VERSION (or ==VERSION for PyPI), or
+    /// mcp-registry:NAMESPACE/NAME[@SERVER_VERSION] (the npm or PyPI package that version of the server
+    /// names); without a version, the newest release on the registry.
     package: String,
     /// What you run now: a list file (`driftline capture`'s output), or with --url the name of a server
     /// driftline watches (compared on what driftline's API serves of its tools: names, descriptions, input
@@ -72,6 +71,9 @@ pub struct CheckArgs {
     /// PyPI's base address (`BASE/simple/` is its index, `BASE/pypi/NAME/json` its metadata).
     #[arg(long, env = "DRIFTLINE_PYPI_URL", default_value = "https://pypi.org/")]
     pypi_url: String,
+    /// The MCP Registry's base address, for mcp-registry: names.
+    #[arg(long, env = "DRIFTLINE_MCP_REGISTRY", default_value = "https://registry.modelcontextprotocol.io/")]
+    mcp_registry: String,
     /// Where releases are installed (kept between runs); default: ~/.cache/driftline/upstream.
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -131,8 +133,12 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         .without_time()
         .with_target(false)
         .try_init();
-    let spec: PackageSpec = args.package.parse()?;
-    let launch = Launch { command: args.command.clone(), env: super::capture::pairs(&args.env, "--env")? };
+    let spec: SourceSpec = args.package.parse()?;
+    let mut launch = Launch {
+        command: args.command.clone(),
+        env: super::capture::pairs(&args.env, "--env")?,
+        default_args: Vec::new(),
+    };
     // What it is compared against is read first: a wrong path is a usage error, before any install.
     let against = match &args.url {
         None => {
@@ -143,7 +149,11 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     };
     let settings = UpstreamSettings {
         cache_dir: args.cache_dir.clone().unwrap_or_else(default_cache_dir),
-        registries: Registries { npm: with_slash(&args.npm_registry), pypi: with_slash(&args.pypi_url) },
+        registries: Registries {
+            npm: with_slash(&args.npm_registry),
+            pypi: with_slash(&args.pypi_url),
+            mcp: with_slash(&args.mcp_registry),
+        },
         python: args.python.clone(),
         install_timeout: Duration::from_secs(args.install_timeout),
         capture_timeout: Duration::from_secs(args.timeout),
@@ -152,9 +162,24 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let captured = runtime.block_on(async {
         let upstream = Upstream::new(settings).await?;
-        let release = upstream.resolve(&spec, &Follow::default()).await?;
-        eprintln!("installing {} in the sandbox", spec.package.pinned(&release.version));
-        upstream.capture(&spec.package, &release.version, &launch).await
+        let (package, release) = match spec {
+            SourceSpec::Package(spec) => {
+                let release = upstream.resolve(&spec, &Follow::default()).await?;
+                (spec.package, release)
+            }
+            SourceSpec::McpRegistry { name, version } => {
+                let found = upstream.resolve_registry(&name, version.as_ref(), &Follow::default()).await?;
+                eprintln!(
+                    "mcp-registry:{name} {} runs {}",
+                    found.server_version,
+                    found.package.pinned(&found.release.version)
+                );
+                launch.default_args = found.arguments;
+                (found.package, found.release)
+            }
+        };
+        eprintln!("installing {} in the sandbox", package.pinned(&release.version));
+        upstream.capture(&package, &release.version, &launch).await
     });
     runtime.shutdown_timeout(Duration::from_secs(3));
     let captured = captured.map_err(|err| match err {

@@ -14,7 +14,9 @@ use super::{at_least, within, ConfigError};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamEntry {
-    /// `npm:NAME`, `npm:@SCOPE/NAME` or `pypi:NAME` (no version: the watcher follows the newest).
+    /// `npm:NAME`, `npm:@SCOPE/NAME`, `pypi:NAME`, or `mcp-registry:NAMESPACE/NAME` (a server on the MCP
+    /// Registry, followed to the npm or PyPI package its newest version names); no version: the watcher
+    /// follows the newest.
     pub package: String,
     /// The server driftline watches (probed, or seen in traces) that runs this package.
     pub server: driftline_schemas::ServerName,
@@ -43,9 +45,12 @@ pub struct UpstreamWatcherConfig {
     pub npm_registry: String,
     /// PyPI's base address: `BASE/simple/` is the index, `BASE/pypi/NAME/json` the metadata.
     pub pypi_url: String,
+    /// The MCP Registry's base address (`BASE/v0.1/servers/…`).
+    pub mcp_registry: String,
     /// How often each package's document is asked for (with its ETag), per registry.
     pub npm_interval_seconds: u64,
     pub pypi_interval_seconds: u64,
+    pub mcp_registry_interval_seconds: u64,
     /// The host's Python, which makes each PyPI release's virtualenv.
     pub python: String,
     pub install_timeout_seconds: u64,
@@ -64,8 +69,10 @@ impl Default for UpstreamWatcherConfig {
             cache_dir: None,
             npm_registry: "https://registry.npmjs.org/".into(),
             pypi_url: "https://pypi.org/".into(),
+            mcp_registry: "https://registry.modelcontextprotocol.io/".into(),
             npm_interval_seconds: 900,
             pypi_interval_seconds: 900,
+            mcp_registry_interval_seconds: 900,
             python: "python3".into(),
             install_timeout_seconds: 300,
             capture_timeout_seconds: 60,
@@ -88,6 +95,7 @@ impl UpstreamWatcherConfig {
         for (key, url) in [
             ("upstream_watcher.npm_registry", &self.npm_registry),
             ("upstream_watcher.pypi_url", &self.pypi_url),
+            ("upstream_watcher.mcp_registry", &self.mcp_registry),
         ] {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 invalid!("{key} = {url:?} must be an http:// or https:// address");
@@ -95,13 +103,18 @@ impl UpstreamWatcherConfig {
         }
         within("upstream_watcher.npm_interval_seconds", self.npm_interval_seconds, 1..=86_400)?;
         within("upstream_watcher.pypi_interval_seconds", self.pypi_interval_seconds, 1..=86_400)?;
+        within(
+            "upstream_watcher.mcp_registry_interval_seconds",
+            self.mcp_registry_interval_seconds,
+            1..=86_400,
+        )?;
         within("upstream_watcher.install_timeout_seconds", self.install_timeout_seconds, 1..=3600)?;
         within("upstream_watcher.capture_timeout_seconds", self.capture_timeout_seconds, 1..=3600)?;
         within("upstream_watcher.memory_mb", self.memory_mb, 64..=1_048_576)?;
         at_least("upstream_watcher.cpu_seconds", self.cpu_seconds, 1)?;
         let mut seen = std::collections::HashSet::new();
         for (index, entry) in entries.iter().enumerate() {
-            let package: driftline_upstream::Package = entry
+            let package: driftline_upstream::Source = entry
                 .package
                 .parse()
                 .map_err(|err| ConfigError::Invalid(format!("upstream[{index}].package: {err}")))?;
@@ -145,10 +158,14 @@ impl UpstreamWatcherConfig {
         (driftline_upstream::watch::WatchSettings, Vec<driftline_upstream::watch::Watched>),
         ConfigError,
     > {
-        use driftline_upstream::{Ecosystem, Follow, Launch, Limits, Registries, UpstreamSettings};
+        use driftline_upstream::{Follow, Launch, Limits, Registries, UpstreamSettings};
         let upstream = UpstreamSettings {
             cache_dir: self.cache_dir.clone().unwrap_or_else(|| data_dir.join("upstream")),
-            registries: Registries { npm: with_slash(&self.npm_registry), pypi: with_slash(&self.pypi_url) },
+            registries: Registries {
+                npm: with_slash(&self.npm_registry),
+                pypi: with_slash(&self.pypi_url),
+                mcp: with_slash(&self.mcp_registry),
+            },
             python: self.python.clone(),
             install_timeout: Duration::from_secs(self.install_timeout_seconds),
             capture_timeout: Duration::from_secs(self.capture_timeout_seconds),
@@ -159,13 +176,14 @@ impl UpstreamWatcherConfig {
             },
         };
         let intervals = BTreeMap::from([
-            (Ecosystem::Npm, Duration::from_secs(self.npm_interval_seconds)),
-            (Ecosystem::Pypi, Duration::from_secs(self.pypi_interval_seconds)),
+            ("npm", Duration::from_secs(self.npm_interval_seconds)),
+            ("pypi", Duration::from_secs(self.pypi_interval_seconds)),
+            ("mcp-registry", Duration::from_secs(self.mcp_registry_interval_seconds)),
         ]);
         let mut watched = Vec::new();
         for (index, entry) in entries.iter().enumerate() {
             let invalid = |what: String| ConfigError::Invalid(format!("upstream[{index}].{what}"));
-            let package = entry.package.parse().map_err(|err| invalid(format!("package: {err}")))?;
+            let source = entry.package.parse().map_err(|err| invalid(format!("package: {err}")))?;
             let range = entry
                 .versions
                 .as_deref()
@@ -175,9 +193,13 @@ impl UpstreamWatcherConfig {
             watched.push(driftline_upstream::watch::Watched {
                 project: entry.project.clone().unwrap_or_else(|| self.project.clone()),
                 server: entry.server.clone(),
-                package,
+                source,
                 follow: Follow { range },
-                launch: Launch { command: entry.command.clone(), env: entry.env.clone() },
+                launch: Launch {
+                    command: entry.command.clone(),
+                    env: entry.env.clone(),
+                    default_args: Vec::new(),
+                },
             });
         }
         Ok((driftline_upstream::watch::WatchSettings { upstream, intervals }, watched))

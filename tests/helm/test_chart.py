@@ -59,6 +59,7 @@ SINGLE_VALUES = {
             {"package": "npm:@modelcontextprotocol/server-filesystem", "server": "files",
              "command": ["mcp-server-filesystem", "/tmp"], "env": {"LOG_LEVEL": "warn"}},
             {"package": "pypi:mcp-server-fetch", "server": "fetch", "versions": "<2"},
+            {"package": "mcp-registry:io.github.owner/weather", "server": "weather"},
         ],
     },
     "notify": {

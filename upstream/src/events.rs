@@ -1,7 +1,7 @@
 //! What happens in the watcher, one type each: emitting one writes its log line and counts its metric in
 //! one place. Label values come from enums.
 
-use crate::{metrics, Package, UpstreamError};
+use crate::{metrics, Package, Source, UpstreamError};
 
 pub(crate) trait Emit {
     fn emit(self);
@@ -32,7 +32,7 @@ impl CheckOutcome {
 }
 
 pub(crate) struct Checked<'a> {
-    pub package: &'a Package,
+    pub package: &'a Source,
     pub server: &'a dyn std::fmt::Display,
     pub outcome: CheckOutcome,
     pub detail: &'a str,
@@ -41,7 +41,7 @@ pub(crate) struct Checked<'a> {
 impl Emit for Checked<'_> {
     fn emit(self) {
         let Checked { package, server, outcome, detail } = self;
-        let registry = package.ecosystem.as_str();
+        let registry = package.registry();
         match outcome {
             CheckOutcome::Failed => {
                 tracing::warn!(package = %package, server = %server, error = detail, "upstream check failed")

@@ -1,13 +1,15 @@
-//! Upstream releases (issue #46): a watched server's package on npm or PyPI, each new version installed and
-//! started in a sandbox, its lists captured over stdio before any agent restarts onto it.
+//! Upstream releases (issue #46): a watched server's package on npm or PyPI (named, or found through the
+//! MCP Registry), each new version installed and started in a sandbox, its lists captured over stdio before
+//! any agent restarts onto it.
 //!
-//! `registry.rs` reads the registries' metadata, `install.rs` installs a version with the ecosystem's
+//! `registry.rs` reads npm's and PyPI's metadata, `mcp_registry.rs` the MCP Registry's, `install.rs` installs a version with the ecosystem's
 //! client, `sandbox.rs` is where a package's code runs, `package.rs` checks names and versions. This crate
 //! does not diff: what a captured list changes is decided by `driftline diff` (the CLI) and the tool-list
 //! detector (the service).
 
 mod events;
 pub mod install;
+pub mod mcp_registry;
 mod metrics;
 pub mod package;
 pub mod registry;
@@ -23,7 +25,8 @@ use driftline_schemas::ServerSurfaces;
 use serde_json::Value;
 
 pub use install::{Installed, Installer};
-pub use package::{Ecosystem, Package, PackageSpec, SpecError, Version};
+pub use mcp_registry::{RegistryName, RegistryRelease};
+pub use package::{Ecosystem, Package, PackageSpec, Source, SourceSpec, SpecError, Version};
 pub use registry::{Fetched, Follow, Registries, Release};
 pub use sandbox::{Limits, Sandbox, SandboxError};
 
@@ -64,6 +67,8 @@ pub struct UpstreamSettings {
 pub struct Launch {
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// Arguments after the package's own program when `command` names none (an MCP Registry entry's).
+    pub default_args: Vec<String>,
 }
 
 /// The sandbox and the installer, set up once.
@@ -128,6 +133,24 @@ impl Upstream {
         Ok(Upstream { settings, sandbox, installer, http })
     }
 
+    /// The package release an MCP Registry server version (or its newest) names.
+    pub async fn resolve_registry(
+        &self,
+        name: &RegistryName,
+        version: Option<&Version>,
+        follow: &Follow,
+    ) -> Result<RegistryRelease, UpstreamError> {
+        let base = &self.settings.registries.mcp;
+        let wanted = version.map(Version::as_str);
+        match mcp_registry::fetch(&self.http, base, name, follow, wanted, None).await? {
+            mcp_registry::RegistryFetched::Release { release: Some(release), .. } => Ok(release),
+            _ => Err(UpstreamError::NoRelease(format!(
+                "mcp-registry:{name}{} (no version with an npm or PyPI package started over stdio)",
+                wanted.map(|v| format!("@{v}")).unwrap_or_default()
+            ))),
+        }
+    }
+
     /// The release `spec` names, or the newest one its registry lists.
     pub async fn resolve(&self, spec: &PackageSpec, follow: &Follow) -> Result<Release, UpstreamError> {
         if let Some(version) = &spec.version {
@@ -149,7 +172,7 @@ impl Upstream {
         let installed = self.installer.install(&self.sandbox, package, version).await?;
         let (program, args) = match launch.command.split_first() {
             Some((program, args)) => (installed.program(program), args.to_vec()),
-            None => (installed.default_program()?, Vec::new()),
+            None => (installed.default_program()?, launch.default_args.clone()),
         };
         let scratch = self.settings.cache_dir.join("scratch").join(format!(
             "run-{}-{}",

@@ -1,5 +1,6 @@
 //! What a package is called: `npm:@scope/name[@VERSION]` or `pypi:name[@VERSION]` (also `pypi:name==VERSION`),
-//! checked before any name or version reaches a URL, a command line or a directory name.
+//! checked before any name or version reaches a URL, a command line or a directory name; and what a watched
+//! entry follows: such a package, or a server on an MCP Registry (`mcp-registry:NAMESPACE/NAME`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -42,7 +43,7 @@ pub struct Version(String);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
-    #[error("{0:?}: expected npm:NAME, npm:@SCOPE/NAME or pypi:NAME, optionally with @VERSION")]
+    #[error("{0:?}: expected npm:NAME, npm:@SCOPE/NAME, pypi:NAME or mcp-registry:NAMESPACE/NAME, optionally with @VERSION")]
     Form(String),
     #[error(
         "{0:?} is not a valid npm package name (lowercase letters, digits, - . _ ~, an optional @scope/)"
@@ -138,6 +139,73 @@ impl fmt::Display for Package {
     }
 }
 
+/// What a watched entry follows: a package, or a server on an MCP Registry, followed to the package its
+/// newest version names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    Package(Package),
+    McpRegistry(crate::mcp_registry::RegistryName),
+}
+
+const MCP_REGISTRY_PREFIX: &str = "mcp-registry:";
+
+impl Source {
+    /// The registry asked, as metrics and logs name it.
+    pub fn registry(&self) -> &'static str {
+        match self {
+            Source::Package(package) => package.ecosystem.as_str(),
+            Source::McpRegistry(_) => "mcp-registry",
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Package(package) => package.fmt(f),
+            Source::McpRegistry(name) => write!(f, "{MCP_REGISTRY_PREFIX}{name}"),
+        }
+    }
+}
+
+impl FromStr for Source {
+    type Err = SpecError;
+
+    fn from_str(text: &str) -> Result<Source, SpecError> {
+        match text.trim().strip_prefix(MCP_REGISTRY_PREFIX) {
+            Some(name) => {
+                name.parse().map(Source::McpRegistry).map_err(|err| SpecError::Form(err.to_string()))
+            }
+            None => text.parse().map(Source::Package),
+        }
+    }
+}
+
+/// A source and, where given, one version: a package's, or a server version on the MCP Registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSpec {
+    Package(PackageSpec),
+    McpRegistry { name: crate::mcp_registry::RegistryName, version: Option<Version> },
+}
+
+impl FromStr for SourceSpec {
+    type Err = SpecError;
+
+    fn from_str(text: &str) -> Result<SourceSpec, SpecError> {
+        let Some(rest) = text.trim().strip_prefix(MCP_REGISTRY_PREFIX) else {
+            return text.parse().map(SourceSpec::Package);
+        };
+        let (name, version) = match rest.split_once('@') {
+            Some((name, version)) => (name, Some(Version::parse(version)?)),
+            None => (rest, None),
+        };
+        let name = name
+            .parse()
+            .map_err(|err: crate::mcp_registry::RegistryNameError| SpecError::Form(err.to_string()))?;
+        Ok(SourceSpec::McpRegistry { name, version })
+    }
+}
+
 impl FromStr for PackageSpec {
     type Err = SpecError;
 
@@ -217,6 +285,32 @@ mod tests {
         check("pypi:x/y", Err("not a valid PyPI project name"));
         check("pypi:x==1 --index-url=http://evil", Err("is not a version"));
         check("npm:x@--registry=http://evil", Err("is not a version"));
+    }
+
+    #[test]
+    fn sources() {
+        let check =
+            |text: &str, expected: Result<(&str, &str), &str>| match (text.parse::<Source>(), expected) {
+                (Ok(source), Ok((shown, registry))) => {
+                    assert_eq!((source.to_string().as_str(), source.registry()), (shown, registry), "{text}")
+                }
+                (Err(err), Err(part)) => assert!(err.to_string().contains(part), "{text}: {err}"),
+                (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+            };
+        check("npm:@scope/name", Ok(("npm:@scope/name", "npm")));
+        check(
+            "mcp-registry:io.github.owner/server",
+            Ok(("mcp-registry:io.github.owner/server", "mcp-registry")),
+        );
+        check("mcp-registry:../etc", Err("not an MCP Registry server name"));
+        check("mcp-registry:a/b/c", Err("not an MCP Registry server name"));
+        check("npm:x@1", Err("takes no version"));
+        let spec: SourceSpec = "mcp-registry:io.github.owner/server@1.2.0".parse().unwrap();
+        assert!(
+            matches!(spec, SourceSpec::McpRegistry { version: Some(ref v), .. } if v.as_str() == "1.2.0")
+        );
+        assert!("mcp-registry:io.github.owner/server@../x".parse::<SourceSpec>().is_err());
+        assert!(matches!("pypi:x==1".parse::<SourceSpec>(), Ok(SourceSpec::Package(_))));
     }
 
     #[test]

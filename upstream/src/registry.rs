@@ -22,11 +22,17 @@ pub struct Registries {
     pub npm: String,
     /// PyPI's base address, ending in `/` (`BASE/simple/` is the index, `BASE/pypi/NAME/json` the metadata).
     pub pypi: String,
+    /// The MCP Registry's base address, ending in `/` (`BASE/v0.1/servers/…`).
+    pub mcp: String,
 }
 
 impl Default for Registries {
     fn default() -> Self {
-        Registries { npm: "https://registry.npmjs.org/".into(), pypi: "https://pypi.org/".into() }
+        Registries {
+            npm: "https://registry.npmjs.org/".into(),
+            pypi: "https://pypi.org/".into(),
+            mcp: "https://registry.modelcontextprotocol.io/".into(),
+        }
     }
 }
 
@@ -96,21 +102,27 @@ pub async fn fetch(
         return Err(unreachable(format!("answered {status}")));
     }
     let etag = response.headers().get("etag").and_then(|value| value.to_str().ok()).map(str::to_owned);
-    let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|err| unreachable(err.to_string()))?;
-        if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-            return Err(unreachable(format!("document larger than {} MiB", MAX_DOCUMENT_BYTES >> 20)));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let body = read_capped(response, MAX_DOCUMENT_BYTES).await.map_err(unreachable)?;
     let (newest, all) = match package.ecosystem {
         Ecosystem::Npm => npm_releases(&body, follow),
         Ecosystem::Pypi => pypi_releases(&body, follow),
     }
     .map_err(|err| unreachable(format!("unreadable metadata: {err}")))?;
     Ok(Fetched::Releases { newest, all, etag })
+}
+
+/// A response's body, refused beyond `max` bytes (read as it arrives, never whole first).
+pub(crate) async fn read_capped(response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|err| err.to_string())?;
+        if body.len() + chunk.len() > max {
+            return Err(format!("answer larger than {} MiB", max >> 20));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 #[derive(Deserialize)]

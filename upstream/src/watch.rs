@@ -22,8 +22,9 @@ use tokio::sync::watch;
 use crate::events::{
     CaptureFinished, CaptureOutcome, CheckOutcome, Checked, Emit, SandboxReady, WatcherUnavailable,
 };
+use crate::mcp_registry::{self, RegistryFetched};
 use crate::registry::{self, Fetched, Follow, Release};
-use crate::{Ecosystem, Launch, Package, Upstream, UpstreamError, UpstreamSettings};
+use crate::{Launch, Package, Source, Upstream, UpstreamError, UpstreamSettings};
 
 /// Failed captures of one release retried at later polls before it is reported as failed.
 const CAPTURE_ATTEMPTS: u32 = 3;
@@ -35,22 +36,22 @@ const MAX_BACKOFF: Duration = Duration::from_secs(6 * 3600);
 pub struct Watched {
     pub project: ProjectName,
     pub server: ServerName,
-    pub package: Package,
+    pub source: Source,
     pub follow: Follow,
     pub launch: Launch,
 }
 
 impl Watched {
     fn key(&self) -> String {
-        format!("{}/{}/{}", self.project, self.server, self.package)
+        format!("{}/{}/{}", self.project, self.server, self.source)
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct WatchSettings {
     pub upstream: UpstreamSettings,
-    /// How often each registry is asked, per package.
-    pub intervals: BTreeMap<Ecosystem, Duration>,
+    /// How often each registry is asked, per package (by `Source::registry`: npm, pypi, mcp-registry).
+    pub intervals: BTreeMap<&'static str, Duration>,
 }
 
 /// What the watcher remembers between runs, per watched package.
@@ -111,7 +112,7 @@ pub async fn run(
                 continue;
             }
             let interval =
-                settings.intervals.get(&entry.package.ecosystem).copied().unwrap_or(Duration::from_secs(900));
+                settings.intervals.get(entry.source.registry()).copied().unwrap_or(Duration::from_secs(900));
             let ok =
                 check(entry, &settings, &upstream, &http, &mut state, producer.as_ref(), &state_file).await;
             failures[index] = if ok { 0 } else { failures[index].saturating_add(1) };
@@ -147,13 +148,11 @@ async fn check(
     // A release still to capture is asked for whole (a 304 would not name it).
     let pending = package_state.newest.as_ref().is_some_and(|newest| !package_state.handled.contains(newest));
     let etag = if pending { None } else { package_state.etag.clone() };
-    let fetched =
-        registry::fetch(http, &settings.upstream.registries, &entry.package, &entry.follow, etag.as_deref())
-            .await;
-    let newest = match fetched {
+    let fetched = fetch(http, settings, entry, etag.as_deref()).await;
+    let (newest, package, default_args) = match fetched {
         Err(err) => {
             Checked {
-                package: &entry.package,
+                package: &entry.source,
                 server: &entry.server,
                 outcome: CheckOutcome::Failed,
                 detail: &err.to_string(),
@@ -161,9 +160,9 @@ async fn check(
             .emit();
             return false;
         }
-        Ok(Fetched::NotModified) => {
+        Ok(Followed::NotModified) => {
             Checked {
-                package: &entry.package,
+                package: &entry.source,
                 server: &entry.server,
                 outcome: CheckOutcome::NotModified,
                 detail: "",
@@ -171,14 +170,14 @@ async fn check(
             .emit();
             return true;
         }
-        Ok(Fetched::Releases { newest, etag, .. }) => {
+        Ok(Followed::Release { newest, package, default_args, etag }) => {
             package_state.etag = etag;
-            newest
+            (newest, package, default_args)
         }
     };
     let Some(newest) = newest else {
         Checked {
-            package: &entry.package,
+            package: &entry.source,
             server: &entry.server,
             outcome: CheckOutcome::NoRelease,
             detail: "",
@@ -193,7 +192,7 @@ async fn check(
     }
     if package_state.handled.contains(&version) {
         Checked {
-            package: &entry.package,
+            package: &entry.source,
             server: &entry.server,
             outcome: CheckOutcome::Unchanged,
             detail: &version,
@@ -203,7 +202,7 @@ async fn check(
         return true;
     }
     Checked {
-        package: &entry.package,
+        package: &entry.source,
         server: &entry.server,
         outcome: CheckOutcome::NewRelease,
         detail: &version,
@@ -211,7 +210,11 @@ async fn check(
     .emit();
     let started = Instant::now();
     let captured = match upstream {
-        Ok(upstream) => upstream.capture(&entry.package, &newest.version, &entry.launch).await,
+        Ok(upstream) => {
+            let mut launch = entry.launch.clone();
+            launch.default_args = default_args;
+            upstream.capture(&package, &newest.version, &launch).await
+        }
         Err(err) => Err(err.clone()),
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -219,14 +222,14 @@ async fn check(
     let snapshot = match captured {
         Ok(captured) => {
             CaptureFinished {
-                package: &entry.package,
+                package: &package,
                 version: &version,
                 outcome: CaptureOutcome::Captured,
                 seconds,
                 error: None,
             }
             .emit();
-            snapshot(entry, &newest, captured.tools, Some(captured.surfaces), None)
+            snapshot(entry, &package, &newest, captured.tools, Some(captured.surfaces), None)
         }
         Err(err) => {
             package_state.failures += 1;
@@ -234,19 +237,13 @@ async fn check(
             let final_failure =
                 matches!(err, UpstreamError::Sandbox(_)) || package_state.failures >= CAPTURE_ATTEMPTS;
             let outcome = if final_failure { CaptureOutcome::Failed } else { CaptureOutcome::WillRetry };
-            CaptureFinished {
-                package: &entry.package,
-                version: &version,
-                outcome,
-                seconds,
-                error: Some(&err),
-            }
-            .emit();
+            CaptureFinished { package: &package, version: &version, outcome, seconds, error: Some(&err) }
+                .emit();
             if !final_failure {
                 save(state_file, state);
                 return true;
             }
-            snapshot(entry, &newest, Vec::new(), None, Some(err.to_string()))
+            snapshot(entry, &package, &newest, Vec::new(), None, Some(err.to_string()))
         }
     };
     let payload = match serde_json::to_vec(&snapshot) {
@@ -257,7 +254,7 @@ async fn check(
     if let Err(err) = producer.publish(vec![Message { topic: Topic::ToolLists, key, payload }]).await {
         // Not noted as handled: the next check publishes it again.
         Checked {
-            package: &entry.package,
+            package: &entry.source,
             server: &entry.server,
             outcome: CheckOutcome::Failed,
             detail: &format!("cannot publish: {err}"),
@@ -276,6 +273,7 @@ async fn check(
 
 fn snapshot(
     entry: &Watched,
+    package: &Package,
     release: &Release,
     tools: Vec<serde_json::Value>,
     surfaces: Option<driftline_schemas::ServerSurfaces>,
@@ -291,12 +289,54 @@ fn snapshot(
         tools,
         surfaces,
         release: Some(UpstreamRelease {
-            package: entry.package.to_string(),
+            package: package.to_string(),
             version: release.version.as_str().to_owned(),
             released_at: release.released_at.map(Timestamp::from),
-            pin: entry.package.pinned(&release.version),
+            pin: package.pinned(&release.version),
             error: error.map(|text| text.chars().take(4000).collect()),
         }),
+    }
+}
+
+/// What a check of one source found: the newest release of the package it follows.
+enum Followed {
+    NotModified,
+    Release { newest: Option<Release>, package: Package, default_args: Vec<String>, etag: Option<String> },
+}
+
+/// Asks the source's registry: a package's own, or the MCP Registry, whose newest server version names
+/// the package (and its version and arguments).
+async fn fetch(
+    http: &reqwest::Client,
+    settings: &WatchSettings,
+    entry: &Watched,
+    etag: Option<&str>,
+) -> Result<Followed, UpstreamError> {
+    let registries = &settings.upstream.registries;
+    match &entry.source {
+        Source::Package(package) => {
+            Ok(match registry::fetch(http, registries, package, &entry.follow, etag).await? {
+                Fetched::NotModified => Followed::NotModified,
+                Fetched::Releases { newest, etag, .. } => {
+                    Followed::Release { newest, package: package.clone(), default_args: Vec::new(), etag }
+                }
+            })
+        }
+        Source::McpRegistry(name) => {
+            match mcp_registry::fetch(http, &registries.mcp, name, &entry.follow, None, etag).await? {
+                RegistryFetched::NotModified => Ok(Followed::NotModified),
+                RegistryFetched::Release { release: Some(found), etag } => Ok(Followed::Release {
+                    newest: Some(found.release),
+                    package: found.package,
+                    default_args: found.arguments,
+                    etag,
+                }),
+                RegistryFetched::Release { release: None, .. } => Err(UpstreamError::NoRelease(format!(
+                    "{} (no version with an npm or PyPI package started over stdio)",
+                    entry.source
+                ))),
+            }
+        }
     }
 }
 
