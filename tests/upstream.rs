@@ -452,6 +452,10 @@ fn the_watcher_reports_an_upcoming_release_with_its_impact_once_across_kill_9() 
         .filter_map(|c| c["agent_name"].as_str())
         .collect();
     assert_eq!(agents.len(), 2, "planner and researcher: {alerts}");
+    assert!(
+        alerts["impact"]["consumers"].as_array().is_some_and(|c| c.iter().all(|c| c["risk"] == "HIGH")),
+        "every caller of a removed tool is at high risk: {alerts}"
+    );
     // One notification per release that changes something, with the pin and the agents.
     let upcoming = |r: &support::Received| r.json()["kind"] == "upcoming";
     let first = hook.wait_for(60, "the upcoming notification of weather", |r| {

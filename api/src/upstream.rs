@@ -93,7 +93,14 @@ pub(crate) async fn server_upcoming(
                 high_risk_sessions: state.high_risk_sessions,
                 input_schema: schema,
             };
-            let found = state.store.drift_impact(query).await.map_err(ApiError::store_unavailable)?;
+            let mut found = state.store.drift_impact(query).await.map_err(ApiError::store_unavailable)?;
+            if schema.is_none() {
+                // Every call of a tool the release drops fails: each caller is at high risk, however few
+                // its sessions.
+                for consumer in &mut found.consumers {
+                    consumer.risk = driftline_schemas::api::Risk::High;
+                }
+            }
             if found.consumers.is_empty() {
                 continue;
             }
