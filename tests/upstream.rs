@@ -39,6 +39,7 @@ fn script(args: &[&str]) {
 }
 
 /// Where the registries answer, after a fresh `up` with the releases named published.
+#[derive(Clone)]
 struct Registries {
     npm: String,
     /// PyPI's base address (`…/simple/` is the index, `…/pypi/NAME/json` the metadata).
@@ -228,6 +229,25 @@ fn check_exits_1_on_a_breaking_release_0_on_the_same_and_3_when_it_cannot_instal
         &[("driftline-test-weather", "1.0.0"), ("driftline-test-weather", "1.1.0")],
     );
     let cache = temp_dir("upstream-check");
+    // Two checks of one version at once on one cache: one installs, the other waits for it.
+    let together: Vec<_> = (0..2)
+        .map(|_| {
+            let (registries, cache) = (registries.clone(), cache.clone());
+            std::thread::spawn(move || {
+                check(
+                    &registries,
+                    &cache,
+                    &format!("{WEATHER_NPM}@1.0.0"),
+                    &list("weather-npm-1.0.0.json"),
+                    &[],
+                )
+            })
+        })
+        .collect();
+    for run in together {
+        let (code, stdout, stderr) = run.join().expect("a check");
+        assert_eq!(code, 0, "concurrent checks of one version: {stdout}{stderr}");
+    }
     for (package, baseline) in
         [(WEATHER_NPM, "weather-npm-1.0.0.json"), (WEATHER_PYPI, "weather-pypi-1.0.0.json")]
     {

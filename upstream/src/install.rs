@@ -113,6 +113,29 @@ impl Installer {
         let io = |what: &str, path: &Path, err: std::io::Error| {
             UpstreamError::Install(format!("cannot {what} {}: {err}", path.display()))
         };
+        // One install of a version at a time, across processes (two CLI checks, a check beside the
+        // watcher): the second waits, then finds it installed.
+        let lock_path = dir.with_file_name(format!("{version}.lock"));
+        if let Some(parent) = lock_path.parent() {
+            std::fs::create_dir_all(parent).map_err(|err| io("create", parent, err))?;
+        }
+        let locking = lock_path.clone();
+        let _install_lock = tokio::task::spawn_blocking(move || {
+            use std::os::fd::AsRawFd;
+            let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&locking)?;
+            // File::lock is newer than the workspace's MSRV (1.86); flock(2) is what it calls.
+            // SAFETY: flock only reads the descriptor, which `file` keeps open across the call.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok::<_, std::io::Error>(file)
+        })
+        .await
+        .map_err(|err| UpstreamError::Install(format!("cannot wait for the install lock: {err}")))?
+        .map_err(|err| io("lock", &lock_path, err))?;
+        if dir.join(DONE_MARKER).is_file() {
+            return Ok(installed);
+        }
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|err| io("clear", &dir, err))?;
         }
