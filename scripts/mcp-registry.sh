@@ -25,28 +25,6 @@ LOG=/dev/null
 # shellcheck source=../deploy/local/lib.sh
 . "$REPO/deploy/local/lib.sh"
 
-# run LOGFILE WHAT COMMAND...: runs COMMAND with its output in LOGFILE; on failure shows the tail and stops.
-run() {
-  local log=$1 what=$2
-  shift 2
-  if ! "$@" >"$log" 2>&1; then
-    tail -n 40 "$log" >&2
-    echo "$NAME: $what failed (log: $log)" >&2
-    exit 1
-  fi
-}
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-answers() {
-  python3 - "$1" <<'PY' 2>/dev/null
-import sys, urllib.request
-urllib.request.urlopen(sys.argv[1], timeout=2).read()
-PY
-}
-
 # The registry's server, `go install`ed from the module proxy at $VERSION (GOTOOLCHAIN=auto: a newer Go
 # than the machine's, if a later version needs one, comes from the proxy too).
 build_registry() {
@@ -200,12 +178,6 @@ down() {
   stop_postgres &
   wait
   rm -f "$ENV_FILE"
-}
-
-load_env() {
-  [ -f "$ENV_FILE" ] || { echo "$NAME: not up (no $ENV_FILE): run $0 up first" >&2; exit 1; }
-  # shellcheck disable=SC1090
-  . "$ENV_FILE"
 }
 
 # publish FILE: an anonymous token from POST /v0.1/auth/none, then POST /v0.1/publish with the file.

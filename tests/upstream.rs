@@ -542,6 +542,17 @@ fn the_watcher_reports_an_upcoming_release_with_its_impact_once_across_kill_9() 
     // Accepted ahead: when weather runs 1.1.0, its list becomes the baseline without drift-accept.
     let (code, stdout, stderr) = run_cli(&["upstream", "accept", "weather", "1.1.0", "--url", &server.url]);
     assert_eq!(code, 0, "{stdout}{stderr}");
+    // Hostile requests change nothing: a name that is a path, a body that is not the one asked for, a form
+    // posted from another site.
+    assert_eq!(client.get("/api/upstream/..%2F..%2Fetc").0, 400);
+    let accept = "/api/upstream/weather/accept";
+    for body in [&b"{\"version\": 1}"[..], b"{\"version\": \"1.1.0\", \"extra\": 1}", b"[]"] {
+        let (status, reply) = client.send("POST", accept, body);
+        assert_eq!(status, 400, "{reply}");
+        assert!(reply["error"].as_str().is_some_and(|e| e.contains("version")), "{reply}");
+    }
+    let form = [("Origin", "http://evil.example"), ("Content-Type", "application/x-www-form-urlencoded")];
+    assert_eq!(client.send_with("POST", accept, b"version=1.1.0", &form).0, 403);
     let (code, _, stderr) = run_cli(&["upstream", "accept", "weather", "7.7.7", "--url", &server.url]);
     assert_eq!(code, 3, "no such release: {stderr}");
     assert!(stderr.contains("no captured release"), "{stderr}");

@@ -17,17 +17,27 @@ const SHOTS = path.resolve(process.env.SCREENSHOT_DIR || '../../target/screensho
 let server, url, browser, dataDir;
 const offsite = [];
 
+// `driftline serve` on a free port with its data in `dir`: the process, and a promise of its address.
+function spawnServe(dir, extraArgs = [], extraEnv = {}) {
+  const proc = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', dir, ...extraArgs], {
+    stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn', ...extraEnv },
+  });
+  const address = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
+    createInterface({ input: proc.stdout }).once('line', (line) => {
+      clearTimeout(timer);
+      resolve(line.replace('driftline listening on ', '').trim());
+    });
+    proc.once('exit', (code) => reject(new Error(`driftline serve exited with ${code}`)));
+  });
+  return { proc, address };
+}
+
 async function startServer() {
   dataDir = mkdtempSync(path.join(tmpdir(), 'driftline-ui-'));
-  server = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', dataDir], {
-    stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn' },
-  });
-  const lines = createInterface({ input: server.stdout });
-  url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
-    lines.once('line', (line) => { clearTimeout(timer); resolve(line.replace('driftline listening on ', '').trim()); });
-    server.once('exit', (code) => reject(new Error(`driftline serve exited with ${code}`)));
-  });
+  let address;
+  ({ proc: server, address } = spawnServe(dataDir));
+  url = await address;
 }
 
 async function newPage(width = 1280, height = 900) {
@@ -488,17 +498,9 @@ test('a probed stdio server shows its probe latency in the list and on its page'
     '[[probe.servers]]', 'name = "catalog"', `command = ${JSON.stringify(python)}`,
     `args = [${JSON.stringify(path.resolve('../mcp/catalog_server.py'))}, "--state", ${JSON.stringify(probeDir)}]`, '',
   ].join('\n'));
-  const probed = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', probeDir, '--config', config], {
-    stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn' },
-  });
+  const { proc: probed, address: probedAddress } = spawnServe(probeDir, ['--config', config]);
   try {
-    const probedUrl = await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
-      createInterface({ input: probed.stdout }).once('line', (line) => {
-        clearTimeout(timer);
-        resolve(line.replace('driftline listening on ', '').trim());
-      });
-    });
+    const probedUrl = await probedAddress;
     // Not newPage(): its requests go to this second server, which is not "outside" for the test above.
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     // The page does not refresh by itself: wait for the first probe through the API, then load it.
@@ -546,17 +548,9 @@ test('the server list and the Drift tab count open drift the same way', async ()
 test('a tool whose returns mismatch its declared output: server chip, Contract column, signal card, panel', async () => {
   // Its own driftline: a tool declaring a numeric price that returns it as a string.
   const dir = mkdtempSync(path.join(tmpdir(), 'driftline-ui-contract-'));
-  const own = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', dir], {
-    stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn' },
-  });
+  const { proc: own, address } = spawnServe(dir);
   try {
-    const base = await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
-      createInterface({ input: own.stdout }).once('line', (line) => {
-        clearTimeout(timer);
-        resolve(line.replace('driftline listening on ', '').trim());
-      });
-    });
+    const base = await address;
     const send = async (method, where, body) => {
       const response = await fetch(`${base}${where}`, { method, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
       assert.ok(response.ok, `${method} ${where}: ${response.status}`);
@@ -660,18 +654,9 @@ test('an event the history answered without its lists fetches them when its sche
 test('records the detector refused are shown on the server list, hostile names as text', async () => {
   // Its own driftline, holding one tool per project: the second tool's call is refused.
   const dir = mkdtempSync(path.join(tmpdir(), 'driftline-ui-dead-'));
-  const own = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', dir], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn', DRIFTLINE__LIMITS__MAX_TOOLS_PER_PROJECT: '1' },
-  });
+  const { proc: own, address } = spawnServe(dir, [], { DRIFTLINE__LIMITS__MAX_TOOLS_PER_PROJECT: '1' });
   try {
-    const base = await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
-      createInterface({ input: own.stdout }).once('line', (line) => {
-        clearTimeout(timer);
-        resolve(line.replace('driftline listening on ', '').trim());
-      });
-    });
+    const base = await address;
     const hostile = '<img src=x onerror="window.pwned=1">';
     const spans = ['lookup', hostile].map((tool, i) => ({ span_id: `d-${i}`, server: 'srv', tool,
       started_at: new Date().toISOString(), duration_ms: 5, status: 'success', return_value: { ok: true } }));
@@ -713,17 +698,9 @@ test('upcoming: the watcher captures a new npm release in the sandbox; the tab s
     '[[upstream]]', 'package = "npm:@driftline-test/weather-server"', 'server = "weather"', '',
     '[upstream_watcher]', `npm_registry = ${JSON.stringify(env.NPM_REGISTRY)}`, 'npm_interval_seconds = 1', '',
   ].join('\n'));
-  const own = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--data-dir', dir, '--config', config], {
-    stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, DRIFTLINE__LOG__LEVEL: 'warn' },
-  });
+  const { proc: own, address } = spawnServe(dir, ['--config', config]);
   try {
-    const base = await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('driftline serve did not start within 30 s')), 30_000);
-      createInterface({ input: own.stdout }).once('line', (line) => {
-        clearTimeout(timer);
-        resolve(line.replace('driftline listening on ', '').trim());
-      });
-    });
+    const base = await address;
     const tools = JSON.parse(readFileSync(path.resolve('../upstream/lists/weather-npm-1.0.0.json'), 'utf8'));
     const put = await fetch(`${base}/api/servers/weather/tools`, { method: 'PUT', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ tools }) });
     assert.equal(put.status, 202, await put.text());

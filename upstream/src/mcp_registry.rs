@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use crate::package::{Ecosystem, Package, Version};
-use crate::registry::{Follow, Release};
+use crate::registry::{get_document, Document, Follow, Release};
 use crate::UpstreamError;
 
 /// A server's name on an MCP Registry: a reverse-DNS namespace, `/`, a name (`io.github.owner/server`).
@@ -250,26 +250,13 @@ pub async fn fetch(
     etag: Option<&str>,
 ) -> Result<RegistryFetched, UpstreamError> {
     let url = name.versions_url(base);
-    let unreachable = |detail: String| UpstreamError::Registry(format!("{url}: {detail}"));
-    let mut request = client.get(&url).header("accept", "application/json");
-    if let Some(etag) = etag {
-        request = request.header("if-none-match", etag);
-    }
-    let response = request.send().await.map_err(|err| unreachable(err.to_string()))?;
-    let status = response.status();
-    if status == reqwest::StatusCode::NOT_MODIFIED {
-        return Ok(RegistryFetched::NotModified);
-    }
-    if status == reqwest::StatusCode::NOT_FOUND {
-        return Err(UpstreamError::NotFound(format!("mcp-registry:{name}")));
-    }
-    if !status.is_success() {
-        return Err(unreachable(format!("answered {status}")));
-    }
-    let etag = response.headers().get("etag").and_then(|value| value.to_str().ok()).map(str::to_owned);
-    let body = crate::registry::read_capped(response, MAX_ANSWER_BYTES).await.map_err(unreachable)?;
+    let (body, etag) =
+        match get_document(client, &url, etag, MAX_ANSWER_BYTES, || format!("mcp-registry:{name}")).await? {
+            Document::NotModified => return Ok(RegistryFetched::NotModified),
+            Document::Body { body, etag } => (body, etag),
+        };
     let release = read_versions(&body, follow, wanted)
-        .map_err(|err| unreachable(format!("unreadable versions: {err}")))?;
+        .map_err(|err| UpstreamError::Registry(format!("{url}: unreadable versions: {err}")))?;
     Ok(RegistryFetched::Release { release, etag })
 }
 

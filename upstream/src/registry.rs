@@ -85,34 +85,57 @@ pub async fn fetch(
     etag: Option<&str>,
 ) -> Result<Fetched, UpstreamError> {
     let url = registries.document_url(package);
+    let (body, etag) =
+        match get_document(client, &url, etag, MAX_DOCUMENT_BYTES, || package.to_string()).await? {
+            Document::NotModified => return Ok(Fetched::NotModified),
+            Document::Body { body, etag } => (body, etag),
+        };
+    let (newest, all) = match package.ecosystem {
+        Ecosystem::Npm => npm_releases(&body, follow),
+        Ecosystem::Pypi => pypi_releases(&body, follow),
+    }
+    .map_err(|err| UpstreamError::Registry(format!("{url}: unreadable metadata: {err}")))?;
+    Ok(Fetched::Releases { newest, all, etag })
+}
+
+/// A registry's JSON answer: unchanged since the ETag sent, or a body with its ETag.
+pub(crate) enum Document {
+    NotModified,
+    Body { body: Vec<u8>, etag: Option<String> },
+}
+
+/// GETs `url` (with `etag`, when one was seen), reading at most `max` bytes of the answer; a 404 is
+/// `NotFound` of what `what` names, any other failure a `Registry` error naming the address.
+pub(crate) async fn get_document(
+    client: &reqwest::Client,
+    url: &str,
+    etag: Option<&str>,
+    max: usize,
+    what: impl FnOnce() -> String,
+) -> Result<Document, UpstreamError> {
     let unreachable = |detail: String| UpstreamError::Registry(format!("{url}: {detail}"));
-    let mut request = client.get(&url).header("accept", "application/json");
+    let mut request = client.get(url).header("accept", "application/json");
     if let Some(etag) = etag {
         request = request.header("if-none-match", etag);
     }
     let response = request.send().await.map_err(|err| unreachable(err.to_string()))?;
     let status = response.status();
     if status == reqwest::StatusCode::NOT_MODIFIED {
-        return Ok(Fetched::NotModified);
+        return Ok(Document::NotModified);
     }
     if status == reqwest::StatusCode::NOT_FOUND {
-        return Err(UpstreamError::NotFound(package.to_string()));
+        return Err(UpstreamError::NotFound(what()));
     }
     if !status.is_success() {
         return Err(unreachable(format!("answered {status}")));
     }
     let etag = response.headers().get("etag").and_then(|value| value.to_str().ok()).map(str::to_owned);
-    let body = read_capped(response, MAX_DOCUMENT_BYTES).await.map_err(unreachable)?;
-    let (newest, all) = match package.ecosystem {
-        Ecosystem::Npm => npm_releases(&body, follow),
-        Ecosystem::Pypi => pypi_releases(&body, follow),
-    }
-    .map_err(|err| unreachable(format!("unreadable metadata: {err}")))?;
-    Ok(Fetched::Releases { newest, all, etag })
+    let body = read_capped(response, max).await.map_err(unreachable)?;
+    Ok(Document::Body { body, etag })
 }
 
 /// A response's body, refused beyond `max` bytes (read as it arrives, never whole first).
-pub(crate) async fn read_capped(response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+async fn read_capped(response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {

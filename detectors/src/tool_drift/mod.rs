@@ -312,6 +312,17 @@ impl RecordContext<'_> {
 }
 
 impl ServerState {
+    /// What a record captured besides tools, with what it leaves out taken from the newest capture (shared,
+    /// not copied, when it is all of it).
+    fn surfaces_with_carried(&self, surfaces: Option<&ServerSurfaces>) -> Option<Arc<ServerSurfaces>> {
+        let latest =
+            self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.as_ref());
+        match surfaces {
+            None => latest.cloned(),
+            Some(captured) => carried(Some(captured), latest.map(|arc| &**arc)).map(Arc::new),
+        }
+    }
+
     /// Bytes of list text the state holds: (baseline, newest snapshot).
     pub fn list_bytes(&self) -> (usize, usize) {
         let bytes = |list: &Option<HashedTools>| {
@@ -373,13 +384,7 @@ impl ServerState {
     ) -> Observed {
         let policy = policy.into();
         self.rehash_if_stale();
-        // What a record leaves out is what the newest capture had (shared, not copied, when it is all of it).
-        let latest =
-            self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.as_ref());
-        let surfaces = match surfaces {
-            None => latest.cloned(),
-            Some(captured) => carried(Some(captured), latest.map(|arc| &**arc)).map(Arc::new),
-        };
+        let surfaces = self.surfaces_with_carried(surfaces);
         // The common case: a probe finds the list it found before, as sent. The index is a function of
         // the list, so an equal list has the hash already known and nothing to diff.
         match self.observe_known(&tools, &surfaces, context) {

@@ -9,8 +9,7 @@ use driftline_schemas::{derive_id, OutputKind, ServerSurfaces, ToolsText, Upcomi
 use serde::{Deserialize, Serialize};
 
 use super::{
-    carried, drift_event, short_hash, Acceptance, HashedTools, IndexedList, RecordContext, ServerState,
-    ToolIndex,
+    drift_event, short_hash, Acceptance, HashedTools, IndexedList, RecordContext, ServerState, ToolIndex,
 };
 
 /// An upcoming release a server's state has reported.
@@ -68,12 +67,7 @@ impl ServerState {
         acceptance: Acceptance,
     ) -> Option<UpcomingRelease> {
         self.rehash_if_stale();
-        let latest =
-            self.observed.as_ref().or(self.baseline.as_ref()).and_then(|list| list.surfaces.as_ref());
-        let surfaces = match surfaces {
-            None => latest.cloned(),
-            Some(captured) => carried(Some(captured), latest.map(|arc| &**arc)).map(Arc::new),
-        };
+        let surfaces = self.surfaces_with_carried(surfaces);
         for list in [&mut self.baseline, &mut self.observed].into_iter().flatten() {
             list.index();
         }

@@ -2,7 +2,7 @@
 //! server's own state untouched.
 
 use super::*;
-use driftline_schemas::UpstreamRelease;
+use driftline_schemas::{UpcomingRelease, UpstreamRelease};
 
 fn release(version: &str, error: Option<&str>) -> UpstreamRelease {
     UpstreamRelease {
@@ -29,9 +29,9 @@ fn value(text: &str) -> Value {
 /// One step: a release (version, capture error) with its list, or None with the running server's list.
 type Step<'a> = (Option<(&'a str, Option<&'a str>)>, &'a str);
 
-/// Observes `steps` (a release's version and list, or None for a snapshot of the running server) in order;
-/// answers per release what was reported: None, or its rendered changes (`error: …` for a failed capture).
-fn check(steps: &[Step], expected: &[Option<Vec<&str>>]) {
+/// Observes `steps` in order; answers per release what was reported (None when nothing), and checks that
+/// no release touches the server's baseline, newest snapshot, open events or status.
+fn observe(steps: &[Step]) -> Vec<Option<UpcomingRelease>> {
     let mut state = ServerState::default();
     let mut reported = Vec::new();
     for (offset, (step, tools)) in steps.iter().enumerate() {
@@ -41,12 +41,15 @@ fn check(steps: &[Step], expected: &[Option<Vec<&str>>]) {
                 state.observe_tools(list(value(tools)), context, Acceptance::default());
             }
             Some((version, error)) => {
-                let before = (
-                    state.baseline.clone(),
-                    state.observed.clone(),
-                    state.open_events.clone(),
-                    state.status(),
-                );
+                let server = |state: &ServerState| {
+                    (
+                        state.baseline.clone(),
+                        state.observed.clone(),
+                        state.open_events.clone(),
+                        state.status(),
+                    )
+                };
+                let before = server(&state);
                 let upcoming = state.observe_release(
                     list(value(tools)),
                     None,
@@ -54,36 +57,29 @@ fn check(steps: &[Step], expected: &[Option<Vec<&str>>]) {
                     context,
                     Acceptance::default(),
                 );
-                let after = (
-                    state.baseline.clone(),
-                    state.observed.clone(),
-                    state.open_events.clone(),
-                    state.status(),
-                );
-                assert_eq!(before, after, "a release leaves the server's state as it was");
-                reported.push(upcoming.map(|u| {
-                    match &u.error {
-                        Some(error) => vec![format!("error: {error}")],
-                        None => u
-                            .changes
-                            .iter()
-                            .map(|c| {
-                                format!(
-                                    "{} {} {} {}",
-                                    c.classification.as_str(),
-                                    c.change_type,
-                                    c.tool_name,
-                                    c.path
-                                )
-                                .trim_end()
-                                .to_owned()
-                            })
-                            .collect(),
-                    }
-                }));
+                assert_eq!(before, server(&state), "a release leaves the server's state as it was");
+                reported.push(upcoming);
             }
         }
     }
+    reported
+}
+
+/// What was reported per release: None, or its rendered changes (`error: …` for a failed capture).
+fn check(steps: &[Step], expected: &[Option<Vec<&str>>]) {
+    let rendered = |u: UpcomingRelease| match &u.error {
+        Some(error) => vec![format!("error: {error}")],
+        None => u
+            .changes
+            .iter()
+            .map(|c| {
+                format!("{} {} {} {}", c.classification.as_str(), c.change_type, c.tool_name, c.path)
+                    .trim_end()
+                    .to_owned()
+            })
+            .collect(),
+    };
+    let reported: Vec<Option<Vec<String>>> = observe(steps).into_iter().map(|u| u.map(rendered)).collect();
     let expected: Vec<Option<Vec<String>>> = expected
         .iter()
         .map(|e| e.as_ref().map(|lines| lines.iter().map(|l| l.to_string()).collect()))
@@ -120,28 +116,10 @@ fn a_release_is_diffed_against_the_baseline_once() {
     );
 }
 
-/// The advice pins the release whose list the server runs, once a captured release had that list.
+/// The advice pins the release whose list the server runs, once a captured release had that list: the
+/// last release's pin.
 fn check_pin(steps: &[Step], expected_pin: &str) {
-    let mut state = ServerState::default();
-    let mut pin = None;
-    for (offset, (step, tools)) in steps.iter().enumerate() {
-        let context = context(offset as u64 + 1);
-        match step {
-            None => {
-                state.observe_tools(list(value(tools)), context, Acceptance::default());
-            }
-            Some((version, error)) => {
-                let upcoming = state.observe_release(
-                    list(value(tools)),
-                    None,
-                    &release(version, *error),
-                    context,
-                    Acceptance::default(),
-                );
-                pin = upcoming.map(|u| u.pin);
-            }
-        }
-    }
+    let pin = observe(steps).pop().flatten().map(|u| u.pin);
     assert_eq!(pin.as_deref(), Some(expected_pin), "{steps:?}");
 }
 
